@@ -1,0 +1,143 @@
+package bucket
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// Action says what a policy does with the tags it matches.
+type Action uint8
+
+const (
+	// Limit throttles the tag with a leaky bucket (the default).
+	Limit Action = iota
+	// Allow always serves the tag and keeps no state for it.
+	Allow
+	// Deny always refuses the tag and keeps no state for it.
+	Deny
+)
+
+// String returns the action's configuration name.
+func (a Action) String() string {
+	switch a {
+	case Limit:
+		return "limit"
+	case Allow:
+		return "allow"
+	case Deny:
+		return "deny"
+	}
+	return fmt.Sprintf("action(%d)", a)
+}
+
+// Policy is the limit for the tags that start with Prefix. The zero value is
+// not usable: a limiting policy needs Rate > 0 and Burst >= 1.
+type Policy struct {
+	Name   string  // shown in stats and the admin view
+	Prefix string  // tags starting with it match; ignored for the default policy
+	Rate   float64 // tokens added per second
+	Burst  int     // bucket capacity in tokens
+	Action Action
+}
+
+// compiled is a Policy turned into integer nanoseconds, the unit the table
+// computes in, so that decisions are exact and never depend on rounding.
+type compiled struct {
+	Policy
+	perToken int64 // nanoseconds to earn one token (1/rate)
+	allowAt  int64 // a query is served while tat-now <= allowAt ((burst-1) tokens)
+	debtAt   int64 // tat-now beyond this (burst tokens) means the bucket is below zero
+}
+
+// maxAhead bounds how far a bucket's theoretical arrival time may run ahead
+// of now, so remote hits, however many, never overflow int64.
+const maxAhead = math.MaxInt64 / 4
+
+func compile(p Policy) (compiled, error) {
+	c := compiled{Policy: p}
+	if p.Action != Limit {
+		return c, nil
+	}
+	if !(p.Rate > 0) || math.IsInf(p.Rate, 0) {
+		return c, fmt.Errorf("bucket: policy %q: rate must be > 0, got %v", p.Name, p.Rate)
+	}
+	if p.Burst < 1 {
+		return c, fmt.Errorf("bucket: policy %q: burst must be >= 1, got %d", p.Name, p.Burst)
+	}
+	per := math.Round(float64(time.Second) / p.Rate)
+	if per < 1 {
+		per = 1
+	}
+	if per*float64(p.Burst) >= maxAhead {
+		return c, fmt.Errorf("bucket: policy %q: burst %d at rate %v takes too long to refill", p.Name, p.Burst, p.Rate)
+	}
+	c.perToken = int64(per)
+	c.allowAt = int64(p.Burst-1) * c.perToken
+	c.debtAt = int64(p.Burst) * c.perToken
+	return c, nil
+}
+
+// tokens is the bucket level of an entry whose theoretical arrival time is
+// tat, seen at now: burst when tat <= now, less (possibly below zero) after.
+func (c *compiled) tokens(tat, now int64) float64 {
+	if tat <= now {
+		return float64(c.Burst)
+	}
+	return float64(c.Burst) - float64(tat-now)/float64(c.perToken)
+}
+
+// policySet holds the default policy at index 0 and the prefix policies
+// after it, longest prefix first, so the first match is the longest.
+type policySet []compiled
+
+func newPolicySet(def Policy, prefixed []Policy) (policySet, error) {
+	if len(prefixed) >= math.MaxUint16 {
+		return nil, fmt.Errorf("bucket: too many policies (%d)", len(prefixed))
+	}
+	def.Prefix = ""
+	if def.Name == "" {
+		def.Name = "default"
+	}
+	set := make(policySet, 0, len(prefixed)+1)
+	c, err := compile(def)
+	if err != nil {
+		return nil, err
+	}
+	set = append(set, c)
+	seen := map[string]bool{}
+	for _, p := range prefixed {
+		if p.Prefix == "" {
+			return nil, fmt.Errorf("bucket: policy %q: empty prefix", p.Name)
+		}
+		if seen[p.Prefix] {
+			return nil, fmt.Errorf("bucket: policy %q: prefix %q used twice", p.Name, p.Prefix)
+		}
+		seen[p.Prefix] = true
+		if p.Name == "" {
+			p.Name = p.Prefix
+		}
+		c, err := compile(p)
+		if err != nil {
+			return nil, err
+		}
+		set = append(set, c)
+	}
+	sort.SliceStable(set[1:], func(i, j int) bool {
+		return len(set[1+i].Prefix) > len(set[1+j].Prefix)
+	})
+	return set, nil
+}
+
+// match returns the index of the policy for tag: the longest matching
+// prefix, or 0 for the default.
+func match[T string | []byte](s policySet, tag T) int {
+	for i := 1; i < len(s); i++ {
+		p := s[i].Prefix
+		if len(tag) >= len(p) && string(tag[:len(p)]) == p {
+			return i
+		}
+	}
+	return 0
+}

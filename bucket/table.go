@@ -1,0 +1,273 @@
+// Package bucket is dthrottle's tag table: a leaky bucket per tag, with the
+// hits served locally counted until a reporter drains them for the peers, and
+// the hits reported by peers subtracted, possibly into debt.
+//
+// The table computes in integer nanoseconds. Each entry keeps its
+// theoretical arrival time tat instead of a token count: the bucket is full
+// when tat <= now, and holds burst - (tat-now)/period tokens otherwise, where
+// period is the time to earn one token (1/rate). This is the same bucket as
+// "tokens, last" with refill capped at burst (DESIGN.md §2), but it needs one
+// integer per tag and no arithmetic can round a decision the wrong way.
+//
+// Every operation takes now. Each shard of the table keeps the latest now it
+// has seen, so a clock that steps back refills nothing and refunds nothing.
+// The table has no goroutines and knows nothing of sockets or peers.
+package bucket
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"time"
+)
+
+// Config describes a Table. Its zero value is not usable: see New.
+type Config struct {
+	Default  Policy   // applies to every tag no prefix policy matches
+	Policies []Policy // the longest matching Prefix wins
+	// MaxTags is the hard cap on tracked tags. At the cap, inserting a tag
+	// evicts the least harmful entry (see Stats.Evictions).
+	MaxTags int
+	// MaxTagBytes is the longest tag kept verbatim; a longer one is keyed by
+	// its first MaxTagBytes-31 bytes and a SHA-256 of the whole tag. >= 64.
+	MaxTagBytes int
+}
+
+// Hit is a tag and a count of hits, as drained for a report.
+type Hit struct {
+	Key   string
+	Count uint32
+}
+
+// Stats are counters over the table's life.
+type Stats struct {
+	Tags        int    // entries tracked now
+	Evictions   uint64 // entries evicted by the MaxTags cap
+	EvictedHits uint64 // unreported hits lost with evicted entries
+}
+
+// State is one entry as seen at an instant, for tests and the admin view.
+type State struct {
+	Policy     string
+	Tokens     float64 // may be negative: debt from peers' hits
+	Unreported uint32
+}
+
+// Table is the tag table. It is safe for concurrent use: tags are spread
+// over independently locked shards, so concurrent queries rarely wait on
+// each other. Create it with New.
+type Table struct {
+	policies    policySet
+	shards      []shard
+	mask        uint64
+	seed        maphash.Seed
+	maxTagBytes int
+}
+
+// maxShards is enough to keep lock contention negligible on the machines a
+// throttling daemon runs on, and few enough that draining stays cheap.
+const maxShards = 64
+
+// New returns an empty table.
+func New(cfg Config) (*Table, error) {
+	if cfg.MaxTags < 1 {
+		return nil, fmt.Errorf("bucket: max tags must be >= 1, got %d", cfg.MaxTags)
+	}
+	if cfg.MaxTagBytes < 64 {
+		return nil, fmt.Errorf("bucket: max tag bytes must be >= 64, got %d", cfg.MaxTagBytes)
+	}
+	set, err := newPolicySet(cfg.Default, cfg.Policies)
+	if err != nil {
+		return nil, err
+	}
+	// One shard per 1024 tags of capacity, a power of two, at most maxShards:
+	// small tables have one shard, so their eviction order is exact.
+	n := 1
+	for n*2 <= maxShards && n*2*1024 <= cfg.MaxTags {
+		n *= 2
+	}
+	t := &Table{
+		policies:    set,
+		shards:      make([]shard, n),
+		mask:        uint64(n - 1),
+		seed:        maphash.MakeSeed(),
+		maxTagBytes: cfg.MaxTagBytes,
+	}
+	for i := range t.shards {
+		capacity := cfg.MaxTags / n
+		if i < cfg.MaxTags%n {
+			capacity++
+		}
+		t.shards[i].init(capacity, uint64(i)+1)
+	}
+	return t, nil
+}
+
+// ErrUnknownTag is returned by Peek for a tag the table does not track.
+var ErrUnknownTag = errors.New("bucket: tag not tracked")
+
+// Allow reports whether a query for tag at now is served. A served query
+// takes one token and counts one unreported hit; a refused one changes
+// nothing. An empty tag is served and not accounted. Allow does not retain
+// tag.
+func (t *Table) Allow(now time.Time, tag []byte) bool {
+	if len(tag) == 0 {
+		return true
+	}
+	pi := match(t.policies, tag)
+	p := &t.policies[pi]
+	switch p.Action {
+	case Allow:
+		return true
+	case Deny:
+		return false
+	}
+	if len(tag) > t.maxTagBytes {
+		tag = digestKey(tag, t.maxTagBytes)
+	}
+	ns := now.UnixNano()
+	s := t.shardFor(tag)
+	s.mu.Lock()
+	n := s.advance(ns)
+	i, ok := s.index[string(tag)]
+	if !ok {
+		i = s.insert(n, string(tag), pi, t.policies)
+	}
+	e := &s.entries[i]
+	tat := max(e.tat, n)
+	if tat-n > p.allowAt {
+		s.mu.Unlock()
+		return false
+	}
+	e.tat = tat + p.perToken
+	if e.unreported < ^uint32(0) {
+		e.unreported++
+	}
+	if e.dirtyPos == 0 {
+		s.dirty = append(s.dirty, i)
+		e.dirtyPos = int32(len(s.dirty))
+	}
+	s.mu.Unlock()
+	return true
+}
+
+// AllowNow is shorthand for Allow(time.Now(), tag).
+func (t *Table) AllowNow(tag []byte) bool { return t.Allow(time.Now(), tag) }
+
+// Spend subtracts hits that a peer served for key at now. A key the table
+// does not track starts from a full bucket first. The bucket may go below
+// zero: that debt is what makes every node reflect the tag's global count.
+// Keys of allow and deny policies are ignored. Spend takes keys as Drain
+// returns them (long tags already digested).
+func (t *Table) Spend(now time.Time, key string, hits uint32) {
+	if key == "" || hits == 0 {
+		return
+	}
+	pi := match(t.policies, key)
+	p := &t.policies[pi]
+	if p.Action != Limit {
+		return
+	}
+	ns := now.UnixNano()
+	s := t.shardForString(key)
+	s.mu.Lock()
+	n := s.advance(ns)
+	i, ok := s.index[key]
+	if !ok {
+		i = s.insert(n, key, pi, t.policies)
+	}
+	e := &s.entries[i]
+	tat := max(e.tat, n)
+	hi, add := bits.Mul64(uint64(hits), uint64(p.perToken))
+	if hi != 0 || add > maxAhead || tat-n > maxAhead-int64(add) {
+		tat = n + maxAhead
+	} else {
+		tat += int64(add)
+	}
+	e.tat = tat
+	s.mu.Unlock()
+}
+
+// Drain appends to dst every tag with unreported hits, and their counts,
+// and zeroes those counts. It takes time in proportion to the number of
+// tags with hits, not to the size of the table.
+func (t *Table) Drain(dst []Hit) []Hit {
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for _, j := range s.dirty {
+			e := &s.entries[j]
+			dst = append(dst, Hit{Key: e.key, Count: e.unreported})
+			e.unreported = 0
+			e.dirtyPos = 0
+		}
+		s.dirty = s.dirty[:0]
+		s.mu.Unlock()
+	}
+	return dst
+}
+
+// Peek returns the state of key at now without changing it.
+func (t *Table) Peek(now time.Time, key string) (State, error) {
+	s := t.shardForString(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, ok := s.index[key]
+	if !ok {
+		return State{}, ErrUnknownTag
+	}
+	e := &s.entries[i]
+	p := &t.policies[e.policy]
+	n := max(s.now, now.UnixNano())
+	return State{Policy: p.Name, Tokens: p.tokens(e.tat, n), Unreported: e.unreported}, nil
+}
+
+// Stats returns the table's counters.
+func (t *Table) Stats() Stats {
+	var st Stats
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		st.Tags += len(s.index)
+		st.Evictions += s.evictions
+		st.EvictedHits += s.evictedHits
+		s.mu.Unlock()
+	}
+	return st
+}
+
+// Key returns the key the table uses for tag: the tag itself, or for a tag
+// longer than the configured maximum, its digest form.
+func (t *Table) Key(tag []byte) string {
+	if len(tag) > t.maxTagBytes {
+		return string(digestKey(tag, t.maxTagBytes))
+	}
+	return string(tag)
+}
+
+func (t *Table) shardFor(key []byte) *shard {
+	if t.mask == 0 {
+		return &t.shards[0]
+	}
+	return &t.shards[maphash.Bytes(t.seed, key)&t.mask]
+}
+
+// shardForString is shardFor for a string key; both hash alike.
+func (t *Table) shardForString(key string) *shard {
+	if t.mask == 0 {
+		return &t.shards[0]
+	}
+	return &t.shards[maphash.String(t.seed, key)&t.mask]
+}
+
+// digestKey keys a long tag by its first max-31 bytes, which keep the prefix
+// policies match on, and a SHA-256 of the whole tag. The key is max+1 bytes
+// long, a length no verbatim tag has.
+func digestKey(tag []byte, max int) []byte {
+	sum := sha256.Sum256(tag)
+	key := make([]byte, 0, max+1)
+	key = append(key, tag[:max-31]...)
+	return append(key, sum[:]...)
+}
