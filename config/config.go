@@ -1,0 +1,171 @@
+// Package config loads and validates dthrottled's TOML configuration.
+//
+// One [Config] holds every setting. [Default] returns the built-in values, in
+// one place; [Load] and [Parse] decode a dthrottle.toml over them, reject
+// unknown keys, and call [Config.Validate], which names a bad value together
+// with its allowed range. The package never logs and never exits: every
+// problem comes back as an error, normally an [*Error].
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Policy actions. A [Policy] with an empty Action behaves as ActionLimit.
+const (
+	ActionLimit = "limit" // leaky bucket with the policy's rate and burst
+	ActionAllow = "allow" // always OK; no state is kept for the tag
+	ActionDeny  = "deny"  // always NO; no state is kept for the tag
+)
+
+// Config is the whole configuration of dthrottled, as read from
+// dthrottle.toml.
+//
+// The zero Config is not valid (it has no listener and no rate): start from
+// [Default]. A Config is plain data, safe for concurrent reads.
+type Config struct {
+	Listen Listen   `toml:"listen"` // where local clients ask
+	Limit  Limit    `toml:"limit"`  // the default policy for every tag
+	Policy []Policy `toml:"policy"` // prefix policies; the longest matching prefix wins
+	Gossip Gossip   `toml:"gossip"` // how reports reach the other peers
+	Admin  Admin    `toml:"admin"`  // the HTTP admin endpoint
+}
+
+// Listen says where the query protocol is served. At least one of Unix and
+// TCP must be set. The zero Listen serves nothing and is not valid.
+type Listen struct {
+	Unix        string `toml:"unix"`          // Unix socket path; "" disables
+	UnixMode    string `toml:"unix_mode"`     // octal permissions of the socket, e.g. "0660"
+	UnixGroup   string `toml:"unix_group"`    // group to own the socket; "" keeps the daemon's
+	TCP         string `toml:"tcp"`           // TCP "host:port"; "" disables
+	MaxConns    int    `toml:"max_conns"`     // most client connections open at once
+	MaxTagBytes int    `toml:"max_tag_bytes"` // longer tags are keyed by a digest
+}
+
+// Limit is the default policy, applied to every tag that no [Policy] prefix
+// matches, and the cap on tracked tags. The zero Limit is not valid.
+type Limit struct {
+	Rate    float64 `toml:"rate"`     // tokens per second
+	Burst   int     `toml:"burst"`    // bucket capacity, tokens
+	MaxTags int     `toml:"max_tags"` // hard cap on tracked tags
+}
+
+// Policy gives the tags that start with Prefix their own treatment. The zero
+// Policy is not valid (Prefix must be set); an empty Name means the Prefix,
+// and an empty Action means [ActionLimit]. Rate and Burst matter only for
+// ActionLimit.
+type Policy struct {
+	Name   string  `toml:"name"`   // label in logs and metrics; defaults to Prefix
+	Prefix string  `toml:"prefix"` // tags starting with these bytes match
+	Rate   float64 `toml:"rate"`   // tokens per second (action "limit")
+	Burst  int     `toml:"burst"`  // bucket capacity, tokens (action "limit")
+	Action string  `toml:"action"` // ActionLimit, ActionAllow or ActionDeny
+}
+
+// Gossip configures how hit reports are exchanged between peers. Reports go
+// to the multicast Group and to each unicast peer in Peers; with neither set
+// the node sends nothing. The zero Gossip is not valid (Interval is 0).
+type Gossip struct {
+	Interval   Duration `toml:"interval"`    // how often hits are reported
+	Group      string   `toml:"group"`       // multicast "group:port"; "" disables
+	Interface  string   `toml:"interface"`   // interface for multicast; "" lets the kernel choose
+	TTL        int      `toml:"ttl"`         // multicast hop limit; 1 stays on the local network
+	Peers      []string `toml:"peers"`       // unicast peers, "host:port"; nil means none
+	Bind       string   `toml:"bind"`        // "host:port" where unicast reports arrive
+	SecretFile string   `toml:"secret_file"` // file holding the HMAC key; "" sends unsigned
+	MaxPacket  int      `toml:"max_packet"`  // largest datagram sent, bytes
+}
+
+// Admin configures the HTTP admin endpoint (/metrics, /healthz, /v1/...).
+// The zero Admin disables it.
+type Admin struct {
+	HTTP string `toml:"http"` // "host:port"; "" disables
+}
+
+// Duration is a time.Duration written in TOML as a string that
+// time.ParseDuration accepts, such as "1s" or "250ms". The zero Duration is
+// zero seconds.
+type Duration struct {
+	time.Duration
+}
+
+// UnmarshalText parses a duration such as "1s" or "250ms".
+func (d *Duration) UnmarshalText(text []byte) error {
+	v, err := time.ParseDuration(string(text))
+	if err != nil {
+		return fmt.Errorf("invalid duration %q: want a number with a unit, such as \"1s\" or \"250ms\"", text)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes the duration in the form UnmarshalText reads.
+func (d Duration) MarshalText() ([]byte, error) {
+	return []byte(d.Duration.String()), nil
+}
+
+// Default returns the built-in configuration, used for every key a file does
+// not set. It needs no privileges and sends nothing off the host: the socket
+// lives in the user's runtime directory, and TCP, gossip and the admin
+// endpoint are off. Its only input is [DefaultUnixPath].
+func Default() Config {
+	return Config{
+		Listen: Listen{
+			Unix:        DefaultUnixPath(), // per-user path, writable without root
+			UnixMode:    "0660",            // owner and group may connect
+			UnixGroup:   "",                // keep the daemon's own group
+			TCP:         "",                // no TCP listener
+			MaxConns:    10000,             // connections open at once
+			MaxTagBytes: 256,               // longer tags are keyed by a digest
+		},
+		Limit: Limit{
+			Rate:    1.0,     // one request per second per tag, long run
+			Burst:   10,      // ten at once after a quiet spell
+			MaxTags: 1000000, // a million tracked tags
+		},
+		Policy: nil, // every tag gets Limit
+		Gossip: Gossip{
+			Interval:   Duration{time.Second}, // report hits every second
+			Group:      "",                    // no multicast: nothing leaves the host
+			Interface:  "",                    // kernel's choice, if a group is set
+			TTL:        1,                     // multicast stays on the local network
+			Peers:      nil,                   // no unicast peers
+			Bind:       ":7777",               // unicast reports arrive here, if peers are set
+			SecretFile: "",                    // unsigned reports
+			MaxPacket:  1400,                  // fits a 1500-byte Ethernet MTU
+		},
+		Admin: Admin{
+			HTTP: "", // no admin endpoint
+		},
+	}
+}
+
+// DefaultUnixPath returns the socket path used when the configuration sets
+// none: "$XDG_RUNTIME_DIR/dthrottle.sock" when XDG_RUNTIME_DIR names an
+// existing directory by an absolute path, otherwise
+// "<os.TempDir()>/dthrottle-<uid>.sock".
+func DefaultUnixPath() string {
+	if dir := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(dir) {
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+			if p := filepath.Join(dir, "dthrottle.sock"); len(p) <= maxUnixPath {
+				return p
+			}
+		}
+	}
+	return filepath.Join(os.TempDir(), "dthrottle-"+strconv.Itoa(os.Getuid())+".sock")
+}
+
+// UnixModeBits returns Listen.UnixMode as file permission bits. It is
+// meaningful once [Config.Validate] has accepted the Config; for a mode that
+// does not parse it returns 0.
+func (c *Config) UnixModeBits() os.FileMode {
+	m, ok := parseMode(c.Listen.UnixMode)
+	if !ok {
+		return 0
+	}
+	return m
+}
