@@ -1,0 +1,56 @@
+// Package protocol serves the dthrottle line protocol over stream listeners.
+//
+// A client connects over a stream socket (Unix or TCP) and sends requests,
+// each a throttling tag followed by '\n'. Every request gets exactly one
+// reply, "OK\n" or "NO\n", in request order. A client may pipeline: send any
+// number of requests before reading a reply. The package knows nothing of
+// buckets; each answer comes from the [Decider] given to [NewServer].
+//
+// # Requests
+//
+// Tags are opaque, case-sensitive bytes (NULs and binary included), except
+// that one trailing '\r' is stripped so that `nc -C` and telnet work. An
+// empty tag is answered OK without consulting the Decider. A request line
+// may hold at most [MaxLine] bytes before its '\n'. A connection that sends
+// more without a '\n' gets the replies to its earlier lines and is then
+// closed; the event is counted in [Stats].LineTooLong and logged at Warn with
+// the remote address and size, never the tag. Other connections carry on.
+//
+// # Reading and writing
+//
+// Each connection is served by one goroutine. It reads into a 4 KiB buffer,
+// answers every complete line that buffer holds (reading the clock once per
+// read, not per request), and writes all those replies with one Write before
+// reading again: never one write per reply while input is waiting. The
+// buffer grows, up to MaxLine+1 bytes, only while a single line does not fit
+// in it, and goes back to 4 KiB once drained. Replies are written early when
+// 16 KiB are pending, so a client that sends without reading blocks its own
+// connection's Write, which stops that connection's reads: memory per
+// connection stays bounded (about 80 KiB at worst, about 5 KiB typically).
+// In steady state answering a request allocates nothing.
+//
+// # End of input
+//
+// When the client closes its sending side (end of file), the server answers
+// every complete line it holds and also a final line left without a '\n':
+// end of input terminates it. Then it writes the replies and closes the
+// connection, so `printf 'a\nb\n' | nc -N -U sock` prints two replies and
+// exits, and so does `printf 'a\nb' | nc -N -U sock`.
+//
+// # Connection limit
+//
+// [Config].MaxConns caps the connections served at once across all
+// listeners. A connection over the limit is accepted and closed at once,
+// without a reply, rather than left waiting in the listen backlog: a client
+// that fails open sees end of file (or a reset, if it had already sent data)
+// immediately and falls through instead of waiting for its timeout. Such
+// connections are counted in [Stats].Rejected and logged at Warn at most once
+// a second.
+//
+// # Shutdown
+//
+// [Server.Shutdown] closes the listeners, then interrupts every connection's
+// pending read; each connection answers the complete lines it had already
+// read, writes the replies and closes. [Server.Close] does the same but gives
+// a client that does not read its replies only a short grace to take them.
+package protocol

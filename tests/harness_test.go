@@ -1,0 +1,138 @@
+// Package tests holds end-to-end tests: they build the real dthrottled and
+// talk to it with real clients.
+package tests
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binary is the dthrottled built once for the whole package.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "dthrottle-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "dthrottled")
+	build := exec.Command("go", "build", "-o", binary, "../cmd/dthrottled")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building dthrottled:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// requireTool returns the path of an external tool. Without it the test is
+// skipped on a developer's machine and fails under CI=true, where .ci/run
+// was meant to install it.
+func requireTool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is required under CI=true: %v", name, err)
+		}
+		t.Skipf("%s not installed: %v", name, err)
+	}
+	return p
+}
+
+// daemon is a dthrottled process started by a test.
+type daemon struct {
+	cmd    *exec.Cmd
+	sock   string
+	stderr *bytes.Buffer
+	done   chan error
+}
+
+// startDaemon writes config (with %SOCK% replaced by a socket path in a
+// temp dir) and runs dthrottled on it until the test ends.
+func startDaemon(t *testing.T, config string) *daemon {
+	t.Helper()
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "d.sock")
+	path := filepath.Join(dir, "dthrottle.toml")
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(config, "%SOCK%", sock)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := runDaemon(t, sock, nil, "-config", path)
+	return d
+}
+
+// runDaemon starts dthrottled with args and waits until sock answers.
+func runDaemon(t *testing.T, sock string, env []string, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{cmd: exec.Command(binary, args...), sock: sock, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	d.cmd.Stderr = d.stderr
+	d.cmd.Env = append(os.Environ(), env...)
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.done <- d.cmd.Wait() }()
+	t.Cleanup(func() { d.stop(t) })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			c.Close()
+			return d
+		}
+		select {
+		case err := <-d.done:
+			d.done <- err
+			t.Fatalf("dthrottled exited before listening: %v\n%s", err, d.stderr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dthrottled not listening on %s after 10s: %v\n%s", sock, err, d.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit. Safe to call twice.
+func (d *daemon) stop(t *testing.T) {
+	t.Helper()
+	if d.cmd.ProcessState != nil {
+		return
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-d.done:
+		d.done <- err
+		if err != nil {
+			t.Errorf("dthrottled exited uncleanly: %v\n%s", err, d.stderr)
+		}
+	case <-time.After(10 * time.Second):
+		d.cmd.Process.Kill()
+		t.Errorf("dthrottled did not stop within 10s of SIGTERM\n%s", d.stderr)
+	}
+}
+
+// nc runs netcat-openbsd with input on stdin and returns what it printed.
+func nc(t *testing.T, input string, args ...string) string {
+	t.Helper()
+	path := requireTool(t, "nc")
+	cmd := exec.Command(path, append([]string{"-N", "-w", "10"}, args...)...)
+	cmd.Stdin = strings.NewReader(input)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("nc %v: %v\n%s", args, err, errb.String())
+	}
+	return out.String()
+}
