@@ -134,8 +134,8 @@ func (c *Config) validateGossip() *Error {
 			return e
 		}
 		host, _, _ := net.SplitHostPort(g.Group)
-		if a, err := netip.ParseAddr(host); err != nil || !a.IsMulticast() {
-			return bad(key("gossip", "group"), quote(g.Group), "host must be a multicast IP address (224.0.0.0/4 or ff00::/8)")
+		if a, err := netip.ParseAddr(host); err != nil || !a.Is4() || !a.IsMulticast() {
+			return bad(key("gossip", "group"), quote(g.Group), "host must be an IPv4 multicast address (224.0.0.0/4)")
 		}
 	}
 	if n := g.Interface; len(n) > maxIfName || strings.ContainsAny(n, "/ \t\n\x00") {
@@ -157,6 +157,14 @@ func (c *Config) validateGossip() *Error {
 	}
 	if e := checkAddr(key("gossip", "bind"), g.Bind, false, 0); e != nil {
 		return e
+	}
+	// The multicast socket binds the group's port; the unicast socket
+	// cannot bind the same one beside it.
+	if g.Group != "" && len(g.Peers) > 0 {
+		_, gp, _ := net.SplitHostPort(g.Group)
+		if _, bp, _ := net.SplitHostPort(g.Bind); bp == gp {
+			return bad(key("gossip", "bind"), quote(g.Bind), "must use another port than gossip.group when gossip.peers are set too")
+		}
 	}
 	return intRange(key("gossip", "max_packet"), g.MaxPacket, minMaxPacket, maxMaxPacket)
 }

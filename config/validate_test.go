@@ -85,10 +85,15 @@ func TestValidateRanges(t *testing.T) {
 		{"interval 1h1ns", func(c *Config) { c.Gossip.Interval.Duration = time.Hour + 1 }, `config: gossip.interval = "1h0m0.000000001s": must be between 10ms and 1h`},
 		{"interval -1s", func(c *Config) { c.Gossip.Interval.Duration = -time.Second }, `config: gossip.interval = "-1s": must be between 10ms and 1h`},
 		{"group ipv4", func(c *Config) { c.Gossip.Group = "239.255.77.77:7777" }, ""},
-		{"group ipv6", func(c *Config) { c.Gossip.Group = "[ff02::77]:7777" }, ""},
-		{"group ipv6 zone", func(c *Config) { c.Gossip.Group = "[ff02::77%lo]:7777" }, ""},
-		{"group unicast", func(c *Config) { c.Gossip.Group = "10.0.0.1:7777" }, `config: gossip.group = "10.0.0.1:7777": host must be a multicast IP address (224.0.0.0/4 or ff00::/8)`},
-		{"group name", func(c *Config) { c.Gossip.Group = "example.com:7777" }, `config: gossip.group = "example.com:7777": host must be a multicast IP address (224.0.0.0/4 or ff00::/8)`},
+		{"group ipv6", func(c *Config) { c.Gossip.Group = "[ff02::77]:7777" }, `config: gossip.group = "[ff02::77]:7777": host must be an IPv4 multicast address (224.0.0.0/4)`},
+		{"bind on the group's port with peers", func(c *Config) {
+			c.Gossip.Group, c.Gossip.Peers, c.Gossip.Bind = "239.1.2.3:7777", []string{"10.0.0.2:7778"}, ":7777"
+		}, `config: gossip.bind = ":7777": must use another port than gossip.group when gossip.peers are set too`},
+		{"bind on another port with peers", func(c *Config) {
+			c.Gossip.Group, c.Gossip.Peers, c.Gossip.Bind = "239.1.2.3:7777", []string{"10.0.0.2:7778"}, ":7778"
+		}, ""},
+		{"group unicast", func(c *Config) { c.Gossip.Group = "10.0.0.1:7777" }, `config: gossip.group = "10.0.0.1:7777": host must be an IPv4 multicast address (224.0.0.0/4)`},
+		{"group name", func(c *Config) { c.Gossip.Group = "example.com:7777" }, `config: gossip.group = "example.com:7777": host must be an IPv4 multicast address (224.0.0.0/4)`},
 		{"group no host", func(c *Config) { c.Gossip.Group = ":7777" }, `config: gossip.group = ":7777": must be "host:port" with a host`},
 		{"group port 0", func(c *Config) { c.Gossip.Group = "239.1.1.1:0" }, `config: gossip.group = "239.1.1.1:0": port must be a number from 1 to 65535`},
 		{"group no port", func(c *Config) { c.Gossip.Group = "239.1.1.1" }, `config: gossip.group = "239.1.1.1": must be "host:port" (missing port in address)`},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/config"
+	"github.com/dthrottle/dthrottle/gossip"
 	"github.com/dthrottle/dthrottle/protocol"
 )
 
@@ -18,6 +19,7 @@ type daemon struct {
 	log       *slog.Logger
 	table     *bucket.Table
 	server    *protocol.Server
+	gossip    *gossip.Node // nil when no group and no peers are configured
 	listeners []net.Listener
 	unlock    func() // releases the Unix socket's lock file
 	failed    chan error
@@ -80,6 +82,9 @@ func start(cfg config.Config, log *slog.Logger) (_ *daemon, err error) {
 			log.Warn("tcp listener is reachable from other hosts: anyone who can connect can spend tags", "tcp", l.Addr().String())
 		}
 	}
+	if d.gossip, err = startGossip(cfg.Gossip, table, log); err != nil {
+		return nil, err
+	}
 	d.server = protocol.NewServer(decider{table}, protocol.Config{MaxConns: cfg.Listen.MaxConns, Logger: log})
 	for _, l := range d.listeners {
 		go func(l net.Listener) {
@@ -94,9 +99,15 @@ func start(cfg config.Config, log *slog.Logger) (_ *daemon, err error) {
 }
 
 // stop stops accepting, lets every connection answer what it has read and
-// waits for them, up to ctx.
+// waits for them, up to ctx; then it reports the hits not yet reported, so
+// a clean stop loses no served hit.
 func (d *daemon) stop(ctx context.Context) error {
 	err := d.server.Shutdown(ctx)
+	if d.gossip != nil {
+		if gerr := d.gossip.Stop(ctx); gerr != nil && err == nil {
+			err = gerr
+		}
+	}
 	d.closeListeners()
 	return err
 }

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/config"
+	"github.com/dthrottle/dthrottle/gossip"
+)
+
+// startGossip opens the configured transports and starts reporting the
+// table's hits to the peers and applying theirs. It returns nil when no
+// group and no peers are configured: then nothing leaves the host.
+func startGossip(cfg config.Gossip, table *bucket.Table, log *slog.Logger) (*gossip.Node, error) {
+	if cfg.Group == "" && len(cfg.Peers) == 0 {
+		return nil, nil
+	}
+	key, err := readSecret(cfg.SecretFile, log)
+	if err != nil {
+		return nil, err
+	}
+	var ts []gossip.Transport
+	closeAll := func() {
+		for _, t := range ts {
+			t.Close()
+		}
+	}
+	if cfg.Group != "" {
+		t, err := gossip.ListenMulticast(gossip.MulticastConfig{Group: cfg.Group, Interface: cfg.Interface, TTL: cfg.TTL, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("gossip multicast %s: %w", cfg.Group, err)
+		}
+		ts = append(ts, t)
+		log.Info("gossip: multicast", "group", cfg.Group, "interface", cfg.Interface, "ttl", cfg.TTL)
+	}
+	if len(cfg.Peers) > 0 {
+		t, err := gossip.ListenUnicast(gossip.UnicastConfig{Bind: cfg.Bind, Peers: cfg.Peers, Logger: log})
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("gossip unicast %s: %w", cfg.Bind, err)
+		}
+		ts = append(ts, t)
+		log.Info("gossip: unicast", "bind", t.LocalAddr().String(), "peers", len(cfg.Peers))
+	}
+	var drained []bucket.Hit
+	node, err := gossip.NewNode(gossip.Config{
+		Interval:    cfg.Interval.Duration,
+		MaxPacket:   cfg.MaxPacket,
+		Key:         key,
+		Fingerprint: table.Fingerprint(),
+		Drain: func(dst []gossip.Hit) []gossip.Hit {
+			drained = table.Drain(drained[:0])
+			for _, h := range drained {
+				dst = append(dst, gossip.Hit(h))
+			}
+			return dst
+		},
+		Apply: func(now time.Time, hits []gossip.Hit) {
+			for _, h := range hits {
+				table.Spend(now, h.Key, h.Count)
+			}
+		},
+		Logger: log,
+	}, gossip.Multi(ts...))
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	log.Info("gossip: started", "node", fmt.Sprintf("%016x", node.ID()), "interval", cfg.Interval.Duration,
+		"signed", key != nil, "fingerprint", fmt.Sprintf("%016x", table.Fingerprint()))
+	node.Start()
+	return node, nil
+}
+
+// readSecret reads the HMAC key from path ("" means none). Surrounding
+// white space is not part of the key. A key others can read is refused:
+// anyone who has it can forge reports.
+func readSecret(path string, log *slog.Logger) ([]byte, error) {
+	if path == "" {
+		log.Warn("gossip: no secret_file: reports are neither signed nor checked; anyone on the network can spend tags")
+		return nil, nil
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("gossip secret: %w", err)
+	}
+	if fi.Mode().Perm()&0o007 != 0 {
+		return nil, fmt.Errorf("gossip secret %s: mode %#o lets others read it; chmod o-rwx", path, fi.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("gossip secret: %w", err)
+	}
+	key := bytes.TrimSpace(b)
+	if len(key) < 16 {
+		return nil, fmt.Errorf("gossip secret %s: %d bytes, want at least 16", path, len(key))
+	}
+	return key, nil
+}

@@ -1,0 +1,230 @@
+package gossip
+
+import (
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/dthrottle/dthrottle/bucket"
+)
+
+// clusterRun is a simulated cluster under a random load balancer.
+type clusterRun struct {
+	nodes     int
+	rate      float64
+	burst     int
+	interval  time.Duration
+	step      time.Duration // clock resolution of the simulation
+	overload  float64       // offered load as a multiple of rate
+	duration  time.Duration
+	net       MemConfig
+	partition [2]time.Duration // split the cluster in two halves from [0] to [1], if set
+}
+
+// defaultRun: 8 nodes, 10x overload for 10 simulated minutes.
+func defaultRun() clusterRun {
+	return clusterRun{
+		nodes: 8, rate: 10, burst: 20, interval: time.Second, step: 10 * time.Millisecond,
+		overload: 10, duration: 10 * time.Minute,
+		net: MemConfig{Delay: 20 * time.Millisecond, Seed: 7},
+	}
+}
+
+// delay is the longest delivery delay d of DESIGN.md's bound, including
+// the simulation's clock resolution.
+func (c clusterRun) delay() time.Duration { return c.net.Delay + c.net.Jitter + c.step }
+
+// bound is DESIGN.md §2's most queries served cluster-wide in any window
+// of length w: b + r*w + (N-1)*(b + r*(I+d)).
+func (c clusterRun) bound(nodes int, w time.Duration) float64 {
+	b, r := float64(c.burst), c.rate
+	return b + r*w.Seconds() + float64(nodes-1)*(b+r*(c.interval+c.delay()).Seconds())
+}
+
+// run drives the cluster and returns it. Node i reports at its own phase
+// of the interval, as real daemons started at different times do.
+func (c clusterRun) run(t *testing.T) *sim {
+	t.Helper()
+	s := newSim(t, c.nodes, bucket.Policy{Rate: c.rate, Burst: c.burst}, c.interval, c.net)
+	lb := rand.New(rand.NewSource(42)) // the load balancer: same choices in every run
+	perStep := c.overload * c.rate * c.step.Seconds()
+	steps := int(c.duration / c.step)
+	stepsPerInterval := int(c.interval / c.step)
+	due := 0.0
+	partitioned := false
+	for k := 1; k <= steps; k++ {
+		s.advanceTo(time.Duration(k) * c.step)
+		if c.partition[1] > 0 {
+			in := s.now.Sub(simT0) >= c.partition[0] && s.now.Sub(simT0) < c.partition[1]
+			if in != partitioned {
+				partitioned = in
+				if in {
+					var a, b []string
+					for i, sn := range s.nodes {
+						if i < c.nodes/2 {
+							a = append(a, sn.name)
+						} else {
+							b = append(b, sn.name)
+						}
+					}
+					s.net.Partition(a, b)
+				} else {
+					s.net.Partition()
+				}
+			}
+		}
+		s.deliver()
+		for i := range s.nodes {
+			if (k+i*stepsPerInterval/c.nodes)%stepsPerInterval == 0 {
+				s.report(i)
+			}
+		}
+		for due += perStep; due >= 1; due-- {
+			s.query(lb.Intn(c.nodes), "client")
+		}
+	}
+	// Let the datagrams still in flight arrive.
+	s.advanceTo(c.duration + c.delay())
+	s.deliver()
+	return s
+}
+
+// checkBound asserts the cluster never served more than the bound (plus
+// slack, for hits the network lost) in any window.
+func (c clusterRun) checkBound(t *testing.T, served []time.Duration, nodes int, slack float64) {
+	t.Helper()
+	for _, w := range []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, time.Minute, c.duration} {
+		got := maxInWindow(served, w)
+		if limit := c.bound(nodes, w) + slack; float64(got) > limit {
+			t.Errorf("window %v: served %d, bound %.0f", w, got, limit)
+		} else {
+			t.Logf("window %v: served at most %d, bound %.0f", w, got, limit)
+		}
+	}
+}
+
+// longRunRate is the cluster-wide rate after the first minute.
+func (c clusterRun) longRunRate(served []time.Duration) float64 {
+	from := time.Minute
+	return float64(countBetween(served, from, c.duration)) / (c.duration - from).Seconds()
+}
+
+// lostHits counts, over every receiver, the peers' hits it never applied.
+func lostHits(s *sim) float64 {
+	var sent uint64
+	for _, sn := range s.nodes {
+		sent += sn.sent
+	}
+	lost := 0.0
+	for _, sn := range s.nodes {
+		lost += float64(sent - sn.sent - sn.applied)
+	}
+	return lost
+}
+
+func TestClusterHoldsRate(t *testing.T) {
+	c := defaultRun()
+	s := c.run(t)
+	c.checkBound(t, s.served, c.nodes, 0)
+	if rate := c.longRunRate(s.served); rate < c.rate*0.98 || rate > c.rate*1.02 {
+		t.Errorf("long-run rate %.3f/s, want %.1f ± 2%%", rate, c.rate)
+	} else {
+		t.Logf("long-run rate %.3f/s for a rate of %.1f/s", rate, c.rate)
+	}
+	if lost := lostHits(s); lost != 0 {
+		t.Errorf("%v hits lost on a lossless network", lost)
+	}
+}
+
+func TestClusterWithLoss(t *testing.T) {
+	base := defaultRun().run(t)
+	c := defaultRun()
+	c.net.Loss = 0.2
+	s := c.run(t)
+	lost := lostHits(s)
+	over := float64(len(s.served) - len(base.served))
+	t.Logf("20%% loss: served %d vs %d lossless (+%.0f); %.0f hits lost over all receivers", len(s.served), len(base.served), over, lost)
+	if lost == 0 {
+		t.Fatal("no hits lost at 20% loss: the fault is not applied")
+	}
+	if over > lost {
+		t.Errorf("over-admission %.0f exceeds the hits lost %.0f", over, lost)
+	}
+	c.checkBound(t, s.served, c.nodes, lost)
+	var gaps uint64
+	for _, sn := range s.nodes {
+		gaps += sn.node.Stats().Lost
+	}
+	if gaps == 0 {
+		t.Error("no sequence gaps counted at 20% loss")
+	}
+}
+
+func TestClusterWithDuplication(t *testing.T) {
+	base := defaultRun().run(t)
+	c := defaultRun()
+	c.net.Duplicate = 0.3
+	s := c.run(t)
+	if len(s.served) != len(base.served) {
+		t.Errorf("duplication changed the served count: %d vs %d", len(s.served), len(base.served))
+	}
+	var dups uint64
+	for _, sn := range s.nodes {
+		dups += sn.node.Stats().DroppedDuplicate
+	}
+	if dups == 0 {
+		t.Error("no duplicates dropped at 30% duplication")
+	}
+	c.checkBound(t, s.served, c.nodes, 0)
+}
+
+func TestClusterWithReordering(t *testing.T) {
+	c := defaultRun()
+	c.net.Jitter = 800 * time.Millisecond // later reports overtake earlier ones
+	s := c.run(t)
+	c.checkBound(t, s.served, c.nodes, 0)
+	if lost := lostHits(s); lost != 0 {
+		t.Errorf("%v hits lost to reordering", lost)
+	}
+	for _, sn := range s.nodes {
+		if st := sn.node.Stats(); st.Lost != 0 || st.DroppedDuplicate != 0 {
+			t.Errorf("%s: reordering counted as %d lost, %d duplicate", sn.name, st.Lost, st.DroppedDuplicate)
+		}
+	}
+}
+
+func TestClusterPartitionHeals(t *testing.T) {
+	c := defaultRun()
+	c.partition = [2]time.Duration{2 * time.Minute, 4 * time.Minute}
+	s := c.run(t)
+	// Split, each half holds the rate on its own: the cluster serves about
+	// twice the rate, within each half's bound.
+	split := float64(countBetween(s.served, c.partition[0]+30*time.Second, c.partition[1])) / 90
+	if split < 1.9*c.rate || split > 2.1*c.rate {
+		t.Errorf("partitioned: %.2f/s, want about %.0f/s (each half holds %.0f/s)", split, 2*c.rate, c.rate)
+	}
+	during := inRange(s.served, c.partition[0], c.partition[1])
+	if got, limit := maxInWindow(during, 10*time.Second), 2*c.bound(c.nodes/2, 10*time.Second); float64(got) > limit {
+		t.Errorf("partitioned: %d served in 10 s, over twice a half's bound %.0f", got, limit)
+	}
+	// Healed, the whole cluster holds one rate again.
+	healed := float64(countBetween(s.served, c.partition[1]+time.Minute, c.duration)) / (c.duration - c.partition[1] - time.Minute).Seconds()
+	if healed < 0.98*c.rate || healed > 1.02*c.rate {
+		t.Errorf("healed: %.2f/s, want %.0f/s ± 2%%", healed, c.rate)
+	}
+	after := inRange(s.served, c.partition[1], c.duration)
+	if got, limit := maxInWindow(after, 10*time.Second), c.bound(c.nodes, 10*time.Second)+c.bound(c.nodes/2, 0); float64(got) > limit {
+		t.Errorf("healing: %d served in 10 s, bound %.0f", got, limit)
+	}
+	t.Logf("rate %.2f/s split, %.2f/s healed", split, healed)
+}
+
+func inRange(served []time.Duration, from, to time.Duration) []time.Duration {
+	var out []time.Duration
+	for _, at := range served {
+		if at >= from && at < to {
+			out = append(out, at)
+		}
+	}
+	return out
+}

@@ -1,0 +1,354 @@
+package gossip
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config describes a Node. Drain and Apply are required; the rest have
+// defaults.
+type Config struct {
+	// Interval between reports. Default 1s.
+	Interval time.Duration
+	// MaxPacket is the largest datagram sent, in bytes. Default 1400.
+	MaxPacket int
+	// Key, when set, signs every datagram with HMAC-SHA256 and drops any
+	// received without a valid signature.
+	Key []byte
+	// Fingerprint of this node's policies, sent in every datagram; a peer
+	// whose fingerprint differs is warned about once and counted.
+	Fingerprint uint64
+	// Drain appends the hits served since the last call and zeroes them.
+	Drain func(dst []Hit) []Hit
+	// Apply subtracts hits a peer served; now is the datagram's arrival.
+	Apply func(now time.Time, hits []Hit)
+	// SilentAfter is how long a peer may go unheard before it is logged as
+	// silent. Default 3 intervals, at least 1s more than one interval.
+	SilentAfter time.Duration
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Stats are a node's counters over its life.
+type Stats struct {
+	PacketsSent, BytesSent         uint64
+	PacketsReceived, BytesReceived uint64 // accepted datagrams
+	HitsSent, HitsReceived         uint64
+	SkippedHits                    uint64 // keys too long for one datagram
+	SendErrors                     uint64
+	DroppedAuth                    uint64 // no valid MAC under a key
+	DroppedMalformed               uint64
+	DroppedVersion                 uint64
+	DroppedDuplicate               uint64
+	Own                            uint64 // our own datagrams heard back
+	Lost                           uint64 // datagrams missing from peers' sequences
+	FingerprintMismatch            uint64 // datagrams from peers with other policies
+	LastReport                     time.Time
+	LastReportDuration             time.Duration
+}
+
+// maxPeers bounds the peers table, whatever arrives; the peer heard least
+// recently makes room for a new one.
+const maxPeers = 1024
+
+// Node reports this host's hits to its peers and applies theirs. Report
+// and Receive may be driven by hand (tests on a fake clock do) or by Run.
+// Safe for concurrent use.
+type Node struct {
+	cfg       Config
+	transport Transport
+	log       *slog.Logger
+	id        uint64
+
+	reportMu sync.Mutex // one report at a time; guards enc and hits
+	enc      Encoder
+	hits     []Hit
+
+	mu    sync.Mutex // guards peers and stats
+	peers map[uint64]*peer
+	stats Stats
+
+	started atomic.Bool
+	stop    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+}
+
+// NewNode returns a node with a random id that reports over t.
+func NewNode(cfg Config, t Transport) (*Node, error) {
+	if cfg.Drain == nil || cfg.Apply == nil {
+		return nil, errors.New("gossip: Drain and Apply are required")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.MaxPacket == 0 {
+		cfg.MaxPacket = 1400
+	}
+	if cfg.MaxPacket < 512 {
+		return nil, fmt.Errorf("gossip: max packet must be >= 512, got %d", cfg.MaxPacket)
+	}
+	if cfg.SilentAfter <= 0 {
+		cfg.SilentAfter = max(3*cfg.Interval, cfg.Interval+time.Second)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	id, err := randomID()
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{
+		cfg:       cfg,
+		transport: t,
+		log:       cfg.Logger,
+		id:        id,
+		enc:       Encoder{Node: id, Fingerprint: cfg.Fingerprint, MaxPacket: cfg.MaxPacket, Key: cfg.Key},
+		peers:     make(map[uint64]*peer),
+		stop:      make(chan struct{}),
+		stopped:   make(chan struct{}),
+	}
+	return n, nil
+}
+
+func randomID() (uint64, error) {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, fmt.Errorf("gossip: node id: %w", err)
+		}
+		if id := binary.BigEndian.Uint64(b[:]); id != 0 {
+			return id, nil
+		}
+	}
+}
+
+// ID is this node's id, random for every process start.
+func (n *Node) ID() uint64 { return n.id }
+
+// Report drains the unreported hits and sends them; a period without hits
+// sends a heartbeat.
+func (n *Node) Report(now time.Time) error {
+	n.reportMu.Lock()
+	defer n.reportMu.Unlock()
+	start := time.Now()
+	n.hits = n.cfg.Drain(n.hits[:0])
+	var packets, bytes uint64
+	var sendErr error
+	skipped, err := n.enc.Encode(now, n.hits, func(pkt []byte) error {
+		if err := n.transport.Send(pkt); err != nil {
+			sendErr = err
+			return nil // the other datagrams may still get through
+		}
+		packets++
+		bytes += uint64(len(pkt))
+		return nil
+	})
+	n.mu.Lock()
+	n.stats.PacketsSent += packets
+	n.stats.BytesSent += bytes
+	n.stats.HitsSent += uint64(len(n.hits) - skipped)
+	n.stats.SkippedHits += uint64(skipped)
+	if sendErr != nil {
+		n.stats.SendErrors++
+	}
+	n.stats.LastReport = now
+	n.stats.LastReportDuration = time.Since(start)
+	n.mu.Unlock()
+	if len(n.hits) > 4096 {
+		n.hits = nil // do not keep a flood's worth of memory
+	}
+	if err == nil {
+		err = sendErr
+	}
+	if err != nil {
+		return fmt.Errorf("gossip: sending report: %w", err)
+	}
+	return nil
+}
+
+// Receive checks one datagram and applies its hits if it is a new one
+// from a peer.
+func (n *Node) Receive(p Packet) {
+	msg, err := Decode(p.Data, n.cfg.Key)
+	n.mu.Lock()
+	if err != nil {
+		switch {
+		case errors.Is(err, ErrAuth):
+			n.stats.DroppedAuth++
+		case errors.Is(err, ErrVersion):
+			n.stats.DroppedVersion++
+		default:
+			n.stats.DroppedMalformed++
+		}
+		n.mu.Unlock()
+		return
+	}
+	if msg.Node == n.id {
+		n.stats.Own++
+		n.mu.Unlock()
+		return
+	}
+	pr, isNew := n.peer(msg.Node, p)
+	if !pr.accept(msg.Seq) {
+		n.stats.DroppedDuplicate++
+		n.mu.Unlock()
+		return
+	}
+	pr.info.Packets++
+	pr.info.Hits += uint64(len(msg.Hits))
+	pr.info.Addr = p.From
+	pr.info.LastHeard = p.At
+	pr.info.FingerprintMatch = msg.Fingerprint == n.cfg.Fingerprint
+	wasSilent := pr.info.Silent
+	pr.info.Silent = false
+	warn := !pr.info.FingerprintMatch && !pr.warned
+	if !pr.info.FingerprintMatch {
+		n.stats.FingerprintMismatch++
+		pr.warned = true
+	}
+	n.stats.PacketsReceived++
+	n.stats.BytesReceived += uint64(len(p.Data))
+	n.stats.HitsReceived += uint64(len(msg.Hits))
+	n.mu.Unlock()
+
+	attrs := []any{"peer", p.From, "node", nodeName(msg.Node)}
+	if isNew {
+		n.log.Info("peer joined", attrs...)
+	} else if wasSilent {
+		n.log.Info("peer heard again", attrs...)
+	}
+	if warn {
+		n.log.Warn("peer's policies differ from ours: the cluster will not hold one rate",
+			append(attrs, "their_fingerprint", fmt.Sprintf("%016x", msg.Fingerprint), "ours", fmt.Sprintf("%016x", n.cfg.Fingerprint))...)
+	}
+	if msg.Type == MsgHits && len(msg.Hits) > 0 {
+		n.cfg.Apply(p.At, msg.Hits)
+	}
+}
+
+// peer returns the entry for node id, making room for it if needed.
+// Called with n.mu held.
+func (n *Node) peer(id uint64, p Packet) (_ *peer, isNew bool) {
+	if pr, ok := n.peers[id]; ok {
+		return pr, false
+	}
+	if len(n.peers) >= maxPeers {
+		var oldest *peer
+		for _, q := range n.peers {
+			if oldest == nil || q.info.LastHeard.Before(oldest.info.LastHeard) {
+				oldest = q
+			}
+		}
+		delete(n.peers, oldest.info.Node)
+	}
+	pr := &peer{info: PeerInfo{Node: id, Addr: p.From, FirstHeard: p.At, FingerprintMatch: true}}
+	n.peers[id] = pr
+	return pr, true
+}
+
+// checkSilence logs peers that went unheard for the silence timeout, once
+// each, and forgets peers unheard for a hundred times as long.
+func (n *Node) checkSilence(now time.Time) {
+	n.mu.Lock()
+	var silent []PeerInfo
+	for id, pr := range n.peers {
+		quiet := now.Sub(pr.info.LastHeard)
+		if quiet > 100*n.cfg.SilentAfter {
+			delete(n.peers, id)
+			continue
+		}
+		if quiet > n.cfg.SilentAfter && !pr.info.Silent {
+			pr.info.Silent = true
+			silent = append(silent, pr.info)
+		}
+	}
+	n.mu.Unlock()
+	for _, p := range silent {
+		n.log.Warn("peer went silent", "peer", p.Addr, "node", nodeName(p.Node), "last_heard", p.LastHeard.Format(time.RFC3339))
+	}
+}
+
+// Peers returns the peers heard, ordered by node id.
+func (n *Node) Peers() []PeerInfo {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return sortedPeers(n.peers)
+}
+
+// Stats returns the node's counters.
+func (n *Node) Stats() Stats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := n.stats
+	for _, p := range n.peers {
+		st.Lost += p.info.Lost
+	}
+	return st
+}
+
+// Start reports every interval and applies what arrives, in a goroutine of
+// its own, until Stop. Call it at most once.
+func (n *Node) Start() {
+	n.started.Store(true)
+	go n.run()
+}
+
+func (n *Node) run() {
+	defer close(n.stopped)
+	tick := time.NewTicker(n.cfg.Interval)
+	defer tick.Stop()
+	packets := n.transport.Packets()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case now := <-tick.C:
+			if err := n.Report(now); err != nil {
+				n.log.Warn("report not sent", "err", err)
+			}
+			n.checkSilence(now)
+		case p, ok := <-packets:
+			if !ok {
+				packets = nil
+				continue
+			}
+			n.Receive(p)
+		}
+	}
+}
+
+// Stop ends the loop Start began, sends the hits not yet reported, so a
+// clean stop loses no served hit, and closes the transport. Stop queries
+// first. Safe to call twice; ctx bounds the wait for the loop.
+func (n *Node) Stop(ctx context.Context) error {
+	var err error
+	n.once.Do(func() {
+		close(n.stop)
+		if n.started.Load() {
+			select {
+			case <-n.stopped:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+		}
+		if rerr := n.Report(time.Now()); rerr != nil && err == nil {
+			err = rerr
+		}
+		if cerr := n.transport.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	})
+	return err
+}
+
+// nodeName formats a node id as logs and the admin view show it.
+func nodeName(id uint64) string { return fmt.Sprintf("%016x", id) }

@@ -1,0 +1,507 @@
+// Wire format of the datagrams that peers exchange (DESIGN §4).
+//
+// Every datagram is self-contained: a fixed header, a msgpack body, then an
+// optional HMAC-SHA256 trailer. Integers in the header are big-endian.
+//
+//	offset  size  field
+//	0       2     magic "DT" (0x44 0x54)
+//	2       1     version, 1
+//	3       1     type: 1 hits, 2 heartbeat, 3 reserved (state snapshot)
+//	4       1     flags: bit 0 set when the MAC trailer is present; the
+//	              other bits are reserved, written as 0 and ignored on receipt
+//	5       8     sender node id, random per process start
+//	13      8     sequence number per sender, +1 per datagram, first is 1
+//	21      8     sender's clock, Unix milliseconds
+//	29      8     fingerprint of the sender's policies
+//	37      n     body, msgpack
+//	37+n    32    HMAC-SHA256 over bytes [0, 37+n), only when flag bit 0 is set
+//
+// Body of a hits datagram (type 1): one msgpack map (fixmap, map16 or map32)
+// from tag key to hits. Keys are written as msgpack str holding the tag's raw
+// bytes (which need not be UTF-8); bin is accepted too. Counts are written in
+// the smallest msgpack unsigned encoding (positive fixint, uint8, uint16,
+// uint32); any msgpack integer in [0, 2^32-1] is accepted. The map must end
+// exactly where the MAC (or the datagram) begins. Entries with an empty key
+// or a zero count are no-ops: the encoder never writes them and Decode drops
+// them.
+//
+// Body of a heartbeat (type 2): the empty fixmap, the single byte 0x80.
+//
+// Receivers ignore types they do not know: Decode returns their header with
+// no hits and no error, and leaves their body unread.
+//
+// Compatibility: the version changes only if the header changes. New types
+// may be added (never renumbered), and new flag bits given a meaning that old
+// receivers can safely ignore.
+
+package gossip
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
+
+// Hit is a tag's key and the hits served for it in one period.
+type Hit struct {
+	Key   string
+	Count uint32
+}
+
+// MsgType is the kind of a datagram. Append-only: never renumber, never
+// reuse a retired number.
+type MsgType uint8
+
+// The message types. Receivers ignore types they do not know.
+const (
+	MsgHits      MsgType = 1 // body: tag → hits
+	MsgHeartbeat MsgType = 2 // a period with no hits; body: empty map
+	// 3 is reserved for a state snapshot sent to a restarting node.
+)
+
+// Version is the wire format version this code writes. Decode accepts only
+// it, and reports ErrVersion for any other.
+const Version = 1
+
+// Header is what every datagram carries.
+type Header struct {
+	Type        MsgType
+	Node        uint64    // sender's random id, new every process start
+	Seq         uint64    // per sender, +1 per datagram, starting at 1
+	Sent        time.Time // sender's clock, millisecond precision on the wire
+	Fingerprint uint64    // of the sender's policies
+}
+
+// Message is one decoded datagram.
+type Message struct {
+	Header
+	// Hits holds, for MsgHits, the body's entries in wire order; never an
+	// empty key or a zero count. Nil for every other type.
+	Hits []Hit
+}
+
+// Errors returned by Decode, to be tested with errors.Is.
+var (
+	ErrMalformed = errors.New("gossip: malformed datagram")
+	ErrVersion   = errors.New("gossip: unsupported version")
+	ErrAuth      = errors.New("gossip: bad or missing mac")
+)
+
+const (
+	headerLen = 37
+	macLen    = sha256.Size
+	flagMAC   = 1 << 0
+
+	// minPacket and maxPacket bound Encoder.MaxPacket: about the smallest
+	// datagram every IPv4 host accepts, and the largest UDP payload. Since an
+	// entry takes at least 3 bytes, a datagram holds fewer than 2^16 of them
+	// and a map16 header always suffices.
+	minPacket = 512
+	maxPacket = 65507
+)
+
+var (
+	errShort     = fmt.Errorf("%w: shorter than the header", ErrMalformed)
+	errMagic     = fmt.Errorf("%w: bad magic", ErrMalformed)
+	errShortMAC  = fmt.Errorf("%w: too short for its mac", ErrMalformed)
+	errNotMap    = fmt.Errorf("%w: body is not a map", ErrMalformed)
+	errMapLen    = fmt.Errorf("%w: map longer than the body", ErrMalformed)
+	errTruncated = fmt.Errorf("%w: body truncated", ErrMalformed)
+	errKey       = fmt.Errorf("%w: key is not str or bin", ErrMalformed)
+	errCount     = fmt.Errorf("%w: count is not an integer in [0, 2^32)", ErrMalformed)
+	errTrailing  = fmt.Errorf("%w: bytes after the body", ErrMalformed)
+	errHeartbeat = fmt.Errorf("%w: heartbeat with entries", ErrMalformed)
+	errNoMAC     = fmt.Errorf("%w: datagram has none", ErrAuth)
+)
+
+// Encoder turns reports into datagrams. Its zero value is not usable: set
+// Node and MaxPacket (and Fingerprint, Key) before the first Encode. Not safe
+// for concurrent use.
+type Encoder struct {
+	Node        uint64 // sender id, random per process start; not 0
+	Fingerprint uint64 // of the sender's policies
+	MaxPacket   int    // bytes per datagram, in [512, 65507]
+	Key         []byte // HMAC-SHA256 key; nil or empty sends no MAC
+
+	seq    uint64
+	buf    []byte
+	mac    hash.Hash
+	macKey []byte // the Key that mac was built with
+}
+
+// Seq returns the last sequence number used, 0 before the first datagram.
+func (e *Encoder) Seq() uint64 { return e.seq }
+
+// Encode emits the hits as one or more self-contained MsgHits datagrams,
+// each at most MaxPacket bytes and each with the next Seq, packed in the
+// order given; or as one MsgHeartbeat when no hit is sent. Hits with an empty
+// key or a zero count are dropped. A hit too long to fit in a datagram on its
+// own cannot be sent: it is skipped and counted in skipped.
+//
+// emit must not retain pkt: its buffer is reused. If emit returns an error,
+// Encode stops and returns it; the remaining hits are not sent.
+func (e *Encoder) Encode(now time.Time, hits []Hit, emit func(pkt []byte) error) (skipped int, err error) {
+	if err := e.prepare(); err != nil {
+		return 0, err
+	}
+	trailer := 0
+	if len(e.Key) > 0 {
+		trailer = macLen
+	}
+	ms := uint64(now.UnixMilli())
+	sent := false
+	for i := 0; i < len(hits); {
+		// The body starts after room for a map16 header; a fixmap header
+		// moves it back by two bytes once the count is known.
+		buf := e.buf[:headerLen+3]
+		n := 0
+		for ; i < len(hits); i++ {
+			h := hits[i]
+			if h.Key == "" || h.Count == 0 {
+				continue
+			}
+			size := headerLen + mapHeaderLen(n+1) + (len(buf) - headerLen - 3) + entryLen(h) + trailer
+			if size > e.MaxPacket {
+				if n == 0 {
+					skipped++
+					continue
+				}
+				break
+			}
+			buf = appendStr(buf, h.Key)
+			buf = appendUint(buf, h.Count)
+			n++
+		}
+		if n == 0 {
+			break
+		}
+		if n < 16 {
+			buf[headerLen] = msgpcode.FixedMapLow | byte(n)
+			buf = append(buf[:headerLen+1], buf[headerLen+3:]...)
+		} else {
+			buf[headerLen] = msgpcode.Map16
+			binary.BigEndian.PutUint16(buf[headerLen+1:], uint16(n))
+		}
+		if err := emit(e.seal(buf, MsgHits, ms)); err != nil {
+			return skipped, err
+		}
+		sent = true
+	}
+	if !sent {
+		buf := append(e.buf[:headerLen], msgpcode.FixedMapLow)
+		if err := emit(e.seal(buf, MsgHeartbeat, ms)); err != nil {
+			return skipped, err
+		}
+	}
+	return skipped, nil
+}
+
+// prepare checks the fields and sizes the buffers.
+func (e *Encoder) prepare() error {
+	if e.Node == 0 {
+		return errors.New("gossip: Encoder.Node must be set")
+	}
+	if e.MaxPacket < minPacket || e.MaxPacket > maxPacket {
+		return fmt.Errorf("gossip: Encoder.MaxPacket is %d, must be in [%d, %d]", e.MaxPacket, minPacket, maxPacket)
+	}
+	if cap(e.buf) < e.MaxPacket {
+		e.buf = make([]byte, 0, e.MaxPacket)
+	}
+	if len(e.Key) == 0 {
+		e.mac, e.macKey = nil, nil
+	} else if e.mac == nil || !bytes.Equal(e.macKey, e.Key) {
+		e.macKey = bytes.Clone(e.Key)
+		e.mac = hmac.New(sha256.New, e.macKey)
+	}
+	return nil
+}
+
+// seal writes the header in front of the body in buf, with the next
+// sequence number, and appends the MAC.
+func (e *Encoder) seal(buf []byte, t MsgType, ms uint64) []byte {
+	e.seq++
+	buf[0], buf[1], buf[2], buf[3] = 'D', 'T', Version, byte(t)
+	buf[4] = 0
+	if e.mac != nil {
+		buf[4] = flagMAC
+	}
+	binary.BigEndian.PutUint64(buf[5:], e.Node)
+	binary.BigEndian.PutUint64(buf[13:], e.seq)
+	binary.BigEndian.PutUint64(buf[21:], ms)
+	binary.BigEndian.PutUint64(buf[29:], e.Fingerprint)
+	if e.mac != nil {
+		e.mac.Reset()
+		e.mac.Write(buf)
+		buf = e.mac.Sum(buf)
+	}
+	return buf[:len(buf):len(buf)] // an append by emit cannot reach e.buf
+}
+
+// mapHeaderLen is the size of a msgpack map header for n entries.
+func mapHeaderLen(n int) int {
+	switch {
+	case n < 16:
+		return 1
+	case n <= math.MaxUint16:
+		return 3
+	default:
+		return 5
+	}
+}
+
+// entryLen is the exact encoded size of one map entry.
+func entryLen(h Hit) int {
+	n := len(h.Key)
+	switch {
+	case n < 32:
+		n++
+	case n <= math.MaxUint8:
+		n += 2
+	case n <= math.MaxUint16:
+		n += 3
+	default:
+		n += 5
+	}
+	switch {
+	case h.Count <= 0x7f:
+		return n + 1
+	case h.Count <= math.MaxUint8:
+		return n + 2
+	case h.Count <= math.MaxUint16:
+		return n + 3
+	default:
+		return n + 5
+	}
+}
+
+// appendStr appends s as a msgpack str: fixstr, str8, str16 or str32.
+func appendStr(b []byte, s string) []byte {
+	n := len(s)
+	switch {
+	case n < 32:
+		b = append(b, msgpcode.FixedStrLow|byte(n))
+	case n <= math.MaxUint8:
+		b = append(b, msgpcode.Str8, byte(n))
+	case n <= math.MaxUint16:
+		b = append(b, msgpcode.Str16, byte(n>>8), byte(n))
+	default:
+		b = append(b, msgpcode.Str32)
+		b = binary.BigEndian.AppendUint32(b, uint32(n))
+	}
+	return append(b, s...)
+}
+
+// appendUint appends v in its smallest msgpack unsigned encoding.
+func appendUint(b []byte, v uint32) []byte {
+	switch {
+	case v <= 0x7f:
+		return append(b, byte(v))
+	case v <= math.MaxUint8:
+		return append(b, msgpcode.Uint8, byte(v))
+	case v <= math.MaxUint16:
+		return append(b, msgpcode.Uint16, byte(v>>8), byte(v))
+	default:
+		b = append(b, msgpcode.Uint32)
+		return binary.BigEndian.AppendUint32(b, v)
+	}
+}
+
+// Decode parses one datagram. With a key (non-empty), a datagram without a
+// valid MAC is ErrAuth; with a nil or empty key, a MAC is not required, and
+// one that is present is not checked. Other failures are ErrMalformed, or
+// ErrVersion for another format version; on any error the Message is zero.
+// The Message does not alias b, which the caller may reuse at once.
+// Decode is safe for concurrent use.
+func Decode(b []byte, key []byte) (Message, error) {
+	if len(b) < 3 {
+		return Message{}, errShort
+	}
+	if b[0] != 'D' || b[1] != 'T' {
+		return Message{}, errMagic
+	}
+	if b[2] != Version {
+		return Message{}, fmt.Errorf("%w %d", ErrVersion, b[2])
+	}
+	if len(b) < headerLen {
+		return Message{}, errShort
+	}
+	st := decoders.Get().(*decodeState)
+	defer st.release()
+
+	end := len(b)
+	if b[4]&flagMAC != 0 {
+		if len(b) < headerLen+macLen {
+			return Message{}, errShortMAC
+		}
+		end -= macLen
+		if len(key) > 0 && !st.validMAC(key, b[:end], b[end:]) {
+			return Message{}, ErrAuth
+		}
+	} else if len(key) > 0 {
+		return Message{}, errNoMAC
+	}
+	m := Message{Header: Header{
+		Type:        MsgType(b[3]),
+		Node:        binary.BigEndian.Uint64(b[5:]),
+		Seq:         binary.BigEndian.Uint64(b[13:]),
+		Sent:        time.UnixMilli(int64(binary.BigEndian.Uint64(b[21:]))),
+		Fingerprint: binary.BigEndian.Uint64(b[29:]),
+	}}
+	switch m.Type {
+	case MsgHits, MsgHeartbeat:
+		hits, err := st.decodeBody(b[headerLen:end], m.Type == MsgHeartbeat)
+		if err != nil {
+			return Message{}, err
+		}
+		m.Hits = hits
+	}
+	return m, nil
+}
+
+// decodeState is what one Decode call reuses from the last: the msgpack
+// decoder, a buffer for keys and the HMAC of the last key.
+type decodeState struct {
+	r       bytes.Reader
+	d       *msgpack.Decoder
+	key     []byte
+	scratch []byte
+	mac     hash.Hash
+	sum     [macLen]byte
+}
+
+var decoders = sync.Pool{New: func() any {
+	st := new(decodeState)
+	// A bytes.Reader is an io.ByteScanner, so the decoder reads from it
+	// without buffering of its own and st.r.Len() is what is left.
+	st.d = msgpack.NewDecoder(&st.r)
+	return st
+}}
+
+// release returns st to the pool, keeping no reference to the datagram.
+func (st *decodeState) release() {
+	st.r.Reset(nil)
+	decoders.Put(st)
+}
+
+// validMAC reports whether mac is the HMAC-SHA256 of msg under key.
+func (st *decodeState) validMAC(key, msg, mac []byte) bool {
+	if st.mac == nil || !bytes.Equal(st.key, key) {
+		st.key = append(st.key[:0], key...)
+		st.mac = hmac.New(sha256.New, st.key)
+	}
+	st.mac.Reset()
+	st.mac.Write(msg)
+	return hmac.Equal(st.mac.Sum(st.sum[:0]), mac)
+}
+
+// decodeBody parses a body map of tag → hits that must fill body exactly.
+// A heartbeat's map must be empty.
+func (st *decodeState) decodeBody(body []byte, heartbeat bool) ([]Hit, error) {
+	st.r.Reset(body)
+	d := st.d
+	c, err := d.PeekCode()
+	if err != nil || !(msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32) {
+		return nil, errNotMap
+	}
+	n, err := d.DecodeMapLen()
+	if err != nil {
+		return nil, errTruncated
+	}
+	// Every entry takes at least two bytes: check the claimed length before
+	// it sizes anything.
+	if n > st.r.Len()/2 {
+		return nil, errMapLen
+	}
+	if heartbeat && n != 0 {
+		return nil, errHeartbeat
+	}
+	var hits []Hit
+	if n > 0 {
+		hits = make([]Hit, 0, n)
+	}
+	for range n {
+		key, err := st.decodeKey()
+		if err != nil {
+			return nil, err
+		}
+		count, err := st.decodeCount()
+		if err != nil {
+			return nil, err
+		}
+		if len(key) > 0 && count > 0 {
+			hits = append(hits, Hit{Key: string(key), Count: count})
+		}
+	}
+	if st.r.Len() != 0 {
+		return nil, errTrailing
+	}
+	if len(hits) == 0 {
+		hits = nil
+	}
+	return hits, nil
+}
+
+// decodeKey reads a str or bin into st.scratch, valid until the next call.
+func (st *decodeState) decodeKey() ([]byte, error) {
+	c, err := st.d.PeekCode()
+	if err != nil {
+		return nil, errTruncated
+	}
+	if !msgpcode.IsString(c) && !msgpcode.IsBin(c) {
+		return nil, errKey
+	}
+	n, err := st.d.DecodeBytesLen()
+	if err != nil {
+		return nil, errTruncated
+	}
+	if n > st.r.Len() {
+		return nil, errTruncated
+	}
+	if cap(st.scratch) < n {
+		st.scratch = make([]byte, n)
+	}
+	key := st.scratch[:n]
+	if err := st.d.ReadFull(key); err != nil {
+		return nil, errTruncated
+	}
+	return key, nil
+}
+
+// decodeCount reads a msgpack integer that must lie in [0, 2^32).
+func (st *decodeState) decodeCount() (uint32, error) {
+	c, err := st.d.PeekCode()
+	if err != nil {
+		return 0, errTruncated
+	}
+	var v uint64
+	switch {
+	case c <= msgpcode.PosFixedNumHigh || (c >= msgpcode.Uint8 && c <= msgpcode.Uint64):
+		v, err = st.d.DecodeUint64()
+	case c >= msgpcode.NegFixedNumLow || (c >= msgpcode.Int8 && c <= msgpcode.Int64):
+		var i int64
+		i, err = st.d.DecodeInt64()
+		if i < 0 {
+			return 0, errCount
+		}
+		v = uint64(i)
+	default:
+		return 0, errCount
+	}
+	if err != nil {
+		return 0, errTruncated
+	}
+	if v > math.MaxUint32 {
+		return 0, errCount
+	}
+	return uint32(v), nil
+}

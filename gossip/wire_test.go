@@ -1,0 +1,572 @@
+// Tests of the datagram format: round trips, packing, MAC, hostile input and
+// the golden vector.
+
+package gossip
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+var testNow = time.Date(2026, 1, 2, 3, 4, 5, 678912345, time.UTC)
+
+// encodeAll runs e.Encode and returns copies of the datagrams it emitted.
+func encodeAll(t testing.TB, e *Encoder, now time.Time, hits []Hit) (pkts [][]byte, skipped int) {
+	t.Helper()
+	skipped, err := e.Encode(now, hits, func(pkt []byte) error {
+		pkts = append(pkts, bytes.Clone(pkt))
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Encode: %v", err)
+	}
+	return pkts, skipped
+}
+
+// sendable is hits without the entries Encode drops.
+func sendable(hits []Hit) []Hit {
+	var out []Hit
+	for _, h := range hits {
+		if h.Key != "" && h.Count > 0 {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// randomHits makes n hits with distinct keys of assorted lengths and bytes
+// and counts at every msgpack size boundary.
+func randomHits(rng *rand.Rand, n int) []Hit {
+	counts := []uint32{1, 2, 127, 128, 255, 256, 65535, 65536, math.MaxUint32}
+	lengths := []int{1, 2, 13, 31, 32, 200, 255, 256, 300}
+	seen := make(map[string]bool)
+	var hits []Hit
+	for len(hits) < n {
+		b := make([]byte, lengths[rng.IntN(len(lengths))])
+		if rng.IntN(2) == 0 {
+			for i := range b {
+				b[i] = byte(rng.UintN(256)) // binary, often not UTF-8
+			}
+		} else {
+			for i := range b {
+				b[i] = "abcdefghijklmnopqrstuvwxyz0123456789.:"[rng.IntN(38)]
+			}
+		}
+		if seen[string(b)] {
+			continue
+		}
+		seen[string(b)] = true
+		c := counts[rng.IntN(len(counts))]
+		if rng.IntN(3) == 0 {
+			c = rng.Uint32()
+		}
+		if c == 0 {
+			c = 1
+		}
+		hits = append(hits, Hit{Key: string(b), Count: c})
+	}
+	return hits
+}
+
+func TestWireRoundTrip(t *testing.T) {
+	for _, maxPacket := range []int{512, 1400, 9000} {
+		for _, key := range [][]byte{nil, []byte("k3y")} {
+			t.Run(fmt.Sprintf("max=%d/mac=%v", maxPacket, key != nil), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(maxPacket), uint64(len(key))))
+				hits := randomHits(rng, 600)
+				// Entries Encode must drop without counting them.
+				hits = slices.Insert(hits, 10, Hit{Key: "", Count: 5}, Hit{Key: "zero", Count: 0})
+				e := &Encoder{Node: 0xfeedface, Fingerprint: 77, MaxPacket: maxPacket, Key: key}
+				pkts, skipped := encodeAll(t, e, testNow, hits)
+				if skipped != 0 {
+					t.Fatalf("skipped %d, want 0", skipped)
+				}
+				if len(pkts) < 3 {
+					t.Fatalf("%d datagrams, want several", len(pkts))
+				}
+				var got []Hit
+				counts := make([]int, len(pkts))
+				for i, pkt := range pkts {
+					if len(pkt) > maxPacket {
+						t.Fatalf("datagram %d: %d bytes > MaxPacket %d", i, len(pkt), maxPacket)
+					}
+					m, err := Decode(pkt, key)
+					if err != nil {
+						t.Fatalf("datagram %d: %v", i, err)
+					}
+					want := Header{Type: MsgHits, Node: 0xfeedface, Seq: uint64(i + 1),
+						Sent: time.UnixMilli(testNow.UnixMilli()), Fingerprint: 77}
+					if !sameHeader(m.Header, want) {
+						t.Fatalf("datagram %d: header %+v, want %+v", i, m.Header, want)
+					}
+					if !m.Sent.Equal(testNow.Truncate(time.Millisecond)) {
+						t.Fatalf("datagram %d: sent %v, want %v", i, m.Sent, testNow)
+					}
+					counts[i] = len(m.Hits)
+					got = append(got, m.Hits...)
+				}
+				if want := sendable(hits); !slices.Equal(got, want) {
+					t.Fatalf("decoded %d hits, want the %d sent, in order", len(got), len(want))
+				}
+				if e.Seq() != uint64(len(pkts)) {
+					t.Fatalf("Seq() = %d, want %d", e.Seq(), len(pkts))
+				}
+				// Each datagram but the last is full: the next hit would not fit.
+				next := 0
+				for i, pkt := range pkts[:len(pkts)-1] {
+					next += counts[i]
+					h := got[next]
+					grow := mapHeaderLen(counts[i]+1) - mapHeaderLen(counts[i])
+					if len(pkt)+entryLen(h)+grow <= maxPacket {
+						t.Fatalf("datagram %d: %d bytes, and the next hit (%d bytes) would fit", i, len(pkt), entryLen(h))
+					}
+				}
+			})
+		}
+	}
+}
+
+// sameHeader compares headers, times with Equal.
+func sameHeader(a, b Header) bool {
+	return a.Type == b.Type && a.Node == b.Node && a.Seq == b.Seq &&
+		a.Sent.Equal(b.Sent) && a.Fingerprint == b.Fingerprint
+}
+
+func TestEncodeHeartbeat(t *testing.T) {
+	for _, key := range [][]byte{nil, []byte("secret")} {
+		e := &Encoder{Node: 9, Fingerprint: 3, MaxPacket: 1400, Key: key}
+		for i, hits := range [][]Hit{nil, {}, {{Key: "", Count: 4}, {Key: "idle", Count: 0}}} {
+			pkts, skipped := encodeAll(t, e, testNow, hits)
+			if len(pkts) != 1 || skipped != 0 {
+				t.Fatalf("mac=%v case %d: %d datagrams, %d skipped; want 1, 0", key != nil, i, len(pkts), skipped)
+			}
+			wantLen := headerLen + 1
+			if key != nil {
+				wantLen += macLen
+			}
+			if len(pkts[0]) != wantLen || pkts[0][headerLen] != 0x80 {
+				t.Fatalf("mac=%v case %d: % x, want %d bytes with an empty fixmap body", key != nil, i, pkts[0], wantLen)
+			}
+			m, err := Decode(pkts[0], key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := Header{Type: MsgHeartbeat, Node: 9, Seq: uint64(i + 1), Sent: testNow.Truncate(time.Millisecond), Fingerprint: 3}
+			if !sameHeader(m.Header, want) || m.Hits != nil {
+				t.Fatalf("mac=%v case %d: got %+v, want %+v and no hits", key != nil, i, m, want)
+			}
+		}
+	}
+}
+
+func TestEncodeSkipsOversizedKey(t *testing.T) {
+	// With a MAC, 1400 bytes leave 1400-37-32 for the body: a fixmap header
+	// (1), a str16 header (3), the key and a 1-byte count.
+	const longest = 1400 - headerLen - macLen - 1 - 3 - 1
+	fits := strings.Repeat("f", longest)
+	tooLong := strings.Repeat("x", longest+1)
+	hits := []Hit{{"a", 1}, {tooLong, 1}, {fits, 1}, {strings.Repeat("y", 70000), 2}, {"b", 300}}
+	e := &Encoder{Node: 1, MaxPacket: 1400, Key: []byte("k")}
+	pkts, skipped := encodeAll(t, e, testNow, hits)
+	if skipped != 2 {
+		t.Fatalf("skipped %d, want 2", skipped)
+	}
+	var got []Hit
+	for _, pkt := range pkts {
+		m, err := Decode(pkt, e.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m.Hits...)
+	}
+	if want := []Hit{{"a", 1}, {fits, 1}, {"b", 300}}; !slices.Equal(got, want) {
+		t.Fatalf("decoded %d hits, want a, the longest key, b", len(got))
+	}
+	if len(pkts) != 3 || len(pkts[1]) != 1400 {
+		t.Fatalf("datagram sizes: want 3, the middle exactly 1400 bytes; got %d datagrams", len(pkts))
+	}
+
+	// Nothing sendable at all: a heartbeat still says the node is alive.
+	pkts, skipped = encodeAll(t, e, testNow, []Hit{{tooLong, 1}})
+	if skipped != 1 || len(pkts) != 1 || pkts[0][3] != byte(MsgHeartbeat) {
+		t.Fatalf("only an oversized hit: %d datagrams, %d skipped; want one heartbeat, 1 skipped", len(pkts), skipped)
+	}
+}
+
+// TestEncodeBodyMatchesLibrary checks the hand-written msgpack against the
+// library's encoding of the same map.
+func TestEncodeBodyMatchesLibrary(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{1, 15, 16, 17, 200} {
+		hits := randomHits(rng, n)
+		e := &Encoder{Node: 1, MaxPacket: maxPacket}
+		pkts, _ := encodeAll(t, e, testNow, hits)
+		if len(pkts) != 1 {
+			t.Fatalf("%d hits: %d datagrams, want 1", n, len(pkts))
+		}
+		var want bytes.Buffer
+		enc := msgpack.NewEncoder(&want)
+		if err := enc.EncodeMapLen(len(hits)); err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hits {
+			if err := enc.EncodeString(h.Key); err != nil {
+				t.Fatal(err)
+			}
+			if err := enc.EncodeUint(uint64(h.Count)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := pkts[0][headerLen:]; !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("%d hits: body differs from the library's encoding", n)
+		}
+	}
+}
+
+func TestEncodeErrors(t *testing.T) {
+	emit := func([]byte) error { return nil }
+	for _, e := range []*Encoder{
+		{Node: 0, MaxPacket: 1400},
+		{Node: 1, MaxPacket: 511},
+		{Node: 1, MaxPacket: 65508},
+	} {
+		if _, err := e.Encode(testNow, nil, emit); err == nil {
+			t.Errorf("Encoder{Node: %d, MaxPacket: %d}: no error", e.Node, e.MaxPacket)
+		}
+	}
+
+	// An emit error stops Encode; the sequence number is spent.
+	boom := errors.New("boom")
+	e := &Encoder{Node: 1, MaxPacket: 512}
+	calls := 0
+	_, err := e.Encode(testNow, randomHits(rand.New(rand.NewPCG(3, 4)), 200), func([]byte) error {
+		calls++
+		return boom
+	})
+	if !errors.Is(err, boom) || calls != 1 || e.Seq() != 1 {
+		t.Fatalf("emit error: err %v after %d calls, Seq %d; want boom after 1 call, Seq 1", err, calls, e.Seq())
+	}
+
+	// A changed Key takes effect.
+	e = &Encoder{Node: 1, MaxPacket: 512, Key: []byte("one")}
+	encodeAll(t, e, testNow, nil)
+	e.Key = []byte("two")
+	pkts, _ := encodeAll(t, e, testNow, nil)
+	if _, err := Decode(pkts[0], []byte("two")); err != nil {
+		t.Fatalf("after changing Key: %v", err)
+	}
+}
+
+// goldenMessage is the message in testdata/golden.hex, sent with key "secret".
+var goldenMessage = Message{
+	Header: Header{
+		Type:        MsgHits,
+		Node:        0x0102030405060708,
+		Seq:         42,
+		Sent:        time.UnixMilli(1767225600000),
+		Fingerprint: 0x1122334455667788,
+	},
+	Hits: []Hit{{"203.0.113.7", 3}, {"login:bob", 200}},
+}
+
+func readGolden(t testing.TB) []byte {
+	t.Helper()
+	text, err := os.ReadFile("testdata/golden.hex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := hex.DecodeString(strings.Join(strings.Fields(string(text)), ""))
+	if err != nil {
+		t.Fatalf("testdata/golden.hex: %v", err)
+	}
+	return b
+}
+
+func TestGolden(t *testing.T) {
+	golden := readGolden(t)
+	e := &Encoder{Node: goldenMessage.Node, Fingerprint: goldenMessage.Fingerprint, MaxPacket: 1400, Key: []byte("secret")}
+	e.seq = goldenMessage.Seq - 1
+	pkts, _ := encodeAll(t, e, goldenMessage.Sent, goldenMessage.Hits)
+	if len(pkts) != 1 || !bytes.Equal(pkts[0], golden) {
+		t.Fatalf("Encode:\n%x\nwant testdata/golden.hex:\n%x", pkts, golden)
+	}
+	for _, key := range [][]byte{[]byte("secret"), nil} {
+		m, err := Decode(golden, key)
+		if err != nil {
+			t.Fatalf("Decode(golden, %q): %v", key, err)
+		}
+		if !sameHeader(m.Header, goldenMessage.Header) || !slices.Equal(m.Hits, goldenMessage.Hits) {
+			t.Fatalf("Decode(golden, %q) = %+v, want %+v", key, m, goldenMessage)
+		}
+	}
+}
+
+func TestMAC(t *testing.T) {
+	key := []byte("secret")
+	golden := readGolden(t)
+	for i := range golden {
+		for _, x := range []byte{0x01, 0x80, 0xff} {
+			b := bytes.Clone(golden)
+			b[i] ^= x
+			_, err := Decode(b, key)
+			if !errors.Is(err, ErrAuth) && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrVersion) {
+				t.Fatalf("byte %d ^ %#x: err %v, want ErrAuth or ErrMalformed (ErrVersion on byte 2)", i, x, err)
+			}
+			if i >= 3 && !errors.Is(err, ErrAuth) {
+				t.Fatalf("byte %d ^ %#x: err %v, want ErrAuth", i, x, err)
+			}
+		}
+	}
+	if _, err := Decode(golden, []byte("secreT")); !errors.Is(err, ErrAuth) {
+		t.Fatalf("wrong key: err %v, want ErrAuth", err)
+	}
+	// The same message without a MAC.
+	e := &Encoder{Node: goldenMessage.Node, Fingerprint: goldenMessage.Fingerprint, MaxPacket: 1400}
+	pkts, _ := encodeAll(t, e, goldenMessage.Sent, goldenMessage.Hits)
+	if pkts[0][4] != 0 || len(pkts[0]) != len(golden)-macLen {
+		t.Fatalf("without Key: flags %#x, %d bytes; want 0 and %d", pkts[0][4], len(pkts[0]), len(golden)-macLen)
+	}
+	if _, err := Decode(pkts[0], key); !errors.Is(err, ErrAuth) {
+		t.Fatalf("no MAC under a key: err %v, want ErrAuth", err)
+	}
+	// The golden's MAC bytes appended without the flag are trailing junk.
+	b := bytes.Clone(golden)
+	b[4] = 0
+	if _, err := Decode(b, nil); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("MAC without its flag: err %v, want ErrMalformed", err)
+	}
+}
+
+func TestDecodeTruncated(t *testing.T) {
+	e := &Encoder{Node: 5, MaxPacket: 512}
+	hits := randomHits(rand.New(rand.NewPCG(5, 6)), 20)
+	plain, _ := encodeAll(t, e, testNow, hits)
+	beat, _ := encodeAll(t, e, testNow, nil)
+	e.Key = []byte("secret")
+	beatMAC, _ := encodeAll(t, e, testNow, nil)
+	cases := map[string][]byte{
+		"golden":        readGolden(t),
+		"hits":          plain[0],
+		"heartbeat":     beat[0],
+		"heartbeat+mac": beatMAC[0],
+	}
+	for name, pkt := range cases {
+		for _, key := range [][]byte{nil, []byte("secret")} {
+			if _, err := Decode(pkt, key); err != nil && (key == nil || pkt[4] != 0) {
+				t.Fatalf("%s, whole, key %q: %v", name, key, err)
+			}
+			for n := range len(pkt) {
+				m, err := Decode(pkt[:n], key)
+				if err == nil {
+					t.Fatalf("%s cut to %d bytes, key %q: decoded %+v, want an error", name, n, key, m)
+				}
+			}
+		}
+	}
+}
+
+func TestDecodeGarbage(t *testing.T) {
+	header := func(typ MsgType) []byte {
+		b := []byte{'D', 'T', Version, byte(typ), 0}
+		return binary.BigEndian.AppendUint64(append(b, make([]byte, 24)...), 1)
+	}
+	hits := func(body ...byte) []byte { return append(header(MsgHits), body...) }
+	bad := map[string][]byte{
+		"empty":             {},
+		"magic only":        []byte("DT"),
+		"bad magic":         append([]byte("XT"), hits(0x80)[2:]...),
+		"header cut":        hits()[:30],
+		"no body":           hits(),
+		"array body":        hits(0x91, 0xa1, 'a', 1),
+		"nil body":          hits(0xc0),
+		"ext body":          hits(0xd4, 0x01, 0x80),
+		"nil key":           hits(0x81, 0xc0, 1),
+		"int key":           hits(0x81, 0x05, 1),
+		"string count":      hits(0x81, 0xa1, 'a', 0xa1, '1'),
+		"nil count":         hits(0x81, 0xa1, 'a', 0xc0),
+		"float count":       hits(0x81, 0xa1, 'a', 0xca, 0x3f, 0x80, 0, 0),
+		"negative count":    hits(0x81, 0xa1, 'a', 0xff),
+		"negative int32":    hits(0x81, 0xa1, 'a', 0xd2, 0xff, 0xff, 0xff, 0xfe),
+		"count over 2^32":   hits(0x81, 0xa1, 'a', 0xcf, 0, 0, 0, 1, 0, 0, 0, 0),
+		"missing count":     hits(0x81, 0xa1, 'a'),
+		"key past end":      hits(0x81, 0xa5, 'a', 1),
+		"str8 past end":     hits(0x81, 0xd9, 0xff, 'a', 1),
+		"trailing byte":     hits(0x81, 0xa1, 'a', 1, 0),
+		"two maps":          hits(0x80, 0x80),
+		"map16 cut":         hits(0xde, 0x00),
+		"map16 over body":   hits(0xde, 0x00, 0x02, 0xa1, 'a', 1),
+		"map32 huge":        hits(0xdf, 0xff, 0xff, 0xff, 0xff, 0xa1, 'a', 1),
+		"str32 huge":        hits(0x81, 0xdb, 0xff, 0xff, 0xff, 0xff, 'a', 1),
+		"bin32 huge":        hits(0x81, 0xc6, 0xff, 0xff, 0xff, 0xff, 'a', 1),
+		"heartbeat entries": append(header(MsgHeartbeat), 0x81, 0xa1, 'a', 1),
+		"heartbeat no body": header(MsgHeartbeat),
+		"mac flag, too short": func() []byte {
+			b := hits(0x80)
+			b[4] = flagMAC
+			return append(b, make([]byte, 20)...)
+		}(),
+	}
+	for name, b := range bad {
+		if m, err := Decode(b, nil); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: got %+v, %v; want ErrMalformed", name, m, err)
+		}
+	}
+
+	good := map[string]struct {
+		b    []byte
+		hits []Hit
+	}{
+		"bin key":                {hits(0x81, 0xc4, 2, 0, 0xff, 7), []Hit{{"\x00\xff", 7}}},
+		"str8 short key":         {hits(0x81, 0xd9, 1, 'k', 7), []Hit{{"k", 7}}},
+		"signed counts":          {hits(0x82, 0xa1, 'a', 0xd0, 5, 0xa1, 'b', 0xd3, 0, 0, 0, 0, 0, 0, 1, 0), []Hit{{"a", 5}, {"b", 256}}},
+		"uint64 max count":       {hits(0x81, 0xa1, 'a', 0xcf, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff), []Hit{{"a", math.MaxUint32}}},
+		"map16 small":            {hits(0xde, 0, 1, 0xa1, 'a', 1), []Hit{{"a", 1}}},
+		"no-ops dropped":         {hits(0x83, 0xa0, 3, 0xa1, 'z', 0, 0xa1, 'a', 2), []Hit{{"a", 2}}},
+		"duplicates kept":        {hits(0x82, 0xa1, 'a', 1, 0xa1, 'a', 2), []Hit{{"a", 1}, {"a", 2}}},
+		"empty hits map":         {hits(0x80), nil},
+		"unknown type 3":         {append(header(3), "any body at all"...), nil},
+		"unknown type 200":       {header(200), nil},
+		"reserved flags ignored": {func() []byte { b := hits(0x81, 0xa1, 'a', 1); b[4] = 0xfe; return b }(), []Hit{{"a", 1}}},
+	}
+	for name, c := range good {
+		m, err := Decode(c.b, nil)
+		if err != nil || !slices.Equal(m.Hits, c.hits) || m.Type != MsgType(c.b[3]) || m.Fingerprint != 1 {
+			t.Errorf("%s: got %+v, %v; want hits %v", name, m, err, c.hits)
+		}
+	}
+
+	// Random bodies behind a valid header, and random bytes: never a panic,
+	// and anything accepted keeps the invariants.
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range 20000 {
+		b := make([]byte, rng.IntN(120))
+		for j := range b {
+			b[j] = byte(rng.UintN(256))
+		}
+		if i%2 == 0 {
+			b = append(hits(byte(0x80|rng.IntN(16))), b...)
+		}
+		m, err := Decode(b, nil)
+		if err == nil {
+			checkInvariants(t, m)
+		} else if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrVersion) {
+			t.Fatalf("random datagram %x: %v", b, err)
+		}
+	}
+}
+
+// checkInvariants fails t unless m's hits are all sendable.
+func checkInvariants(t testing.TB, m Message) {
+	t.Helper()
+	if m.Type != MsgHits && m.Hits != nil {
+		t.Fatalf("type %d with hits %v", m.Type, m.Hits)
+	}
+	for _, h := range m.Hits {
+		if h.Key == "" || h.Count == 0 {
+			t.Fatalf("decoded a no-op hit %+v", h)
+		}
+	}
+}
+
+func TestDecodeVersion(t *testing.T) {
+	for _, v := range []byte{0, 2, 255} {
+		b := readGolden(t)
+		b[2] = v
+		if _, err := Decode(b, nil); !errors.Is(err, ErrVersion) {
+			t.Errorf("version %d: err %v, want ErrVersion", v, err)
+		}
+		if _, err := Decode(b[:3], nil); !errors.Is(err, ErrVersion) {
+			t.Errorf("version %d, 3 bytes: err %v, want ErrVersion", v, err)
+		}
+	}
+}
+
+// TestDecodeHugeLengthClaim checks that lengths claimed by the datagram are
+// checked against its size before anything is allocated from them.
+func TestDecodeHugeLengthClaim(t *testing.T) {
+	header := readGolden(t)[:headerLen]
+	header[4] = 0
+	for name, body := range map[string][]byte{
+		"map32": {0xdf, 0xff, 0xff, 0xff, 0xff, 0xa1, 'a', 1},
+		"map16": {0xde, 0xff, 0xff, 0xa1, 'a', 1},
+		"str32": {0x81, 0xdb, 0x7f, 0xff, 0xff, 0xff, 'a', 1},
+		"bin32": {0x81, 0xc6, 0x7f, 0xff, 0xff, 0xff, 'a', 1},
+		"str16": {0x81, 0xda, 0xff, 0xff, 'a', 1},
+	} {
+		b := append(bytes.Clone(header), body...)
+		var allocated uint64 = math.MaxUint64
+		for range 3 { // the least of three, in case something else allocates
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := Decode(b, nil)
+			runtime.ReadMemStats(&after)
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("%s: err %v, want ErrMalformed", name, err)
+			}
+			allocated = min(allocated, after.TotalAlloc-before.TotalAlloc)
+		}
+		if allocated > 16<<10 {
+			t.Errorf("%s: Decode allocated %d bytes", name, allocated)
+		}
+	}
+}
+
+func TestDecodeDoesNotAlias(t *testing.T) {
+	b := readGolden(t)
+	m, err := Decode(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range b {
+		b[i] = 'X'
+	}
+	if !slices.Equal(m.Hits, goldenMessage.Hits) {
+		t.Fatalf("hits changed with the buffer: %v", m.Hits)
+	}
+}
+
+// TestWireBytesPerTag checks the packing against its floor: each 13-byte tag
+// with one hit costs a 1-byte str header, 13 bytes and a 1-byte count, and
+// each datagram a 37-byte header, a 3-byte map16 header and a 32-byte MAC.
+func TestWireBytesPerTag(t *testing.T) {
+	const (
+		tags        = 10000
+		keyLen      = 13
+		perTag      = 1 + keyLen + 1
+		perDatagram = headerLen + 3 + macLen
+	)
+	hits := make([]Hit, tags)
+	for i := range hits {
+		hits[i] = Hit{Key: fmt.Sprintf("10.%03d.%03d.%02d", i/10000, i/100%100, i%100), Count: 1}
+		if len(hits[i].Key) != keyLen {
+			t.Fatalf("key %q is not %d bytes", hits[i].Key, keyLen)
+		}
+	}
+	e := &Encoder{Node: 1, MaxPacket: 1400, Key: []byte("secret")}
+	pkts, _ := encodeAll(t, e, testNow, hits)
+	total := 0
+	for _, pkt := range pkts {
+		total += len(pkt)
+	}
+	perPacket := (1400 - perDatagram) / perTag
+	if want := (tags + perPacket - 1) / perPacket; len(pkts) != want {
+		t.Errorf("%d datagrams, want %d (%d tags each)", len(pkts), want, perPacket)
+	}
+	if limit := tags*perTag + len(pkts)*perDatagram; total > limit {
+		t.Errorf("%d bytes on the wire, want <= %d", total, limit)
+	}
+	t.Logf("%d tags: %d datagrams, %d bytes, %.2f bytes/tag", tags, len(pkts), total, float64(total)/tags)
+}
