@@ -41,8 +41,8 @@ type Config struct {
 type Stats struct {
 	PacketsSent, BytesSent         uint64
 	PacketsReceived, BytesReceived uint64 // accepted datagrams
-	HitsSent, HitsReceived         uint64
-	SkippedHits                    uint64 // keys too long for one datagram
+	TagsSent, TagsReceived         uint64 // tag entries in reports
+	SkippedTags                    uint64 // keys too long for one datagram
 	SendErrors                     uint64
 	DroppedAuth                    uint64 // no valid MAC under a key
 	DroppedMalformed               uint64
@@ -72,9 +72,10 @@ type Node struct {
 	enc      Encoder
 	hits     []Hit
 
-	mu    sync.Mutex // guards peers and stats
-	peers map[uint64]*peer
-	stats Stats
+	mu         sync.Mutex // guards peers, stats and authWarned
+	peers      map[uint64]*peer
+	stats      Stats
+	authWarned time.Time // when dropped unsigned reports were last logged
 
 	started atomic.Bool
 	stop    chan struct{}
@@ -93,8 +94,8 @@ func NewNode(cfg Config, t Transport) (*Node, error) {
 	if cfg.MaxPacket == 0 {
 		cfg.MaxPacket = 1400
 	}
-	if cfg.MaxPacket < 512 {
-		return nil, fmt.Errorf("gossip: max packet must be >= 512, got %d", cfg.MaxPacket)
+	if cfg.MaxPacket < 512 || cfg.MaxPacket > 65507 {
+		return nil, fmt.Errorf("gossip: max packet must be between 512 and 65507, got %d", cfg.MaxPacket)
 	}
 	if cfg.SilentAfter <= 0 {
 		cfg.SilentAfter = max(3*cfg.Interval, cfg.Interval+time.Second)
@@ -155,8 +156,8 @@ func (n *Node) Report(now time.Time) error {
 	n.mu.Lock()
 	n.stats.PacketsSent += packets
 	n.stats.BytesSent += bytes
-	n.stats.HitsSent += uint64(len(n.hits) - skipped)
-	n.stats.SkippedHits += uint64(skipped)
+	n.stats.TagsSent += uint64(len(n.hits) - skipped)
+	n.stats.SkippedTags += uint64(skipped)
 	if sendErr != nil {
 		n.stats.SendErrors++
 	}
@@ -184,6 +185,11 @@ func (n *Node) Receive(p Packet) {
 		switch {
 		case errors.Is(err, ErrAuth):
 			n.stats.DroppedAuth++
+			if p.At.Sub(n.authWarned) >= time.Minute || n.authWarned.IsZero() {
+				n.authWarned = p.At
+				defer n.log.Warn("gossip: dropping reports without a valid signature (logged at most once a minute)",
+					"peer", p.From, "dropped", n.stats.DroppedAuth)
+			}
 		case errors.Is(err, ErrVersion):
 			n.stats.DroppedVersion++
 		default:
@@ -204,7 +210,9 @@ func (n *Node) Receive(p Packet) {
 		return
 	}
 	pr.info.Packets++
-	pr.info.Hits += uint64(len(msg.Hits))
+	for _, h := range msg.Hits {
+		pr.info.Hits += uint64(h.Count)
+	}
 	pr.info.Addr = p.From
 	pr.info.LastHeard = p.At
 	pr.info.FingerprintMatch = msg.Fingerprint == n.cfg.Fingerprint
@@ -217,7 +225,7 @@ func (n *Node) Receive(p Packet) {
 	}
 	n.stats.PacketsReceived++
 	n.stats.BytesReceived += uint64(len(p.Data))
-	n.stats.HitsReceived += uint64(len(msg.Hits))
+	n.stats.TagsReceived += uint64(len(msg.Hits))
 	n.mu.Unlock()
 
 	attrs := []any{"peer", p.From, "node", nodeName(msg.Node)}

@@ -1,0 +1,232 @@
+package gossip
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestPeerSequence(t *testing.T) {
+	type step struct {
+		seq              uint64
+		fresh            bool
+		lost, duplicates uint64
+	}
+	steps := []step{
+		{seq: 5, fresh: true}, // first heard: nothing before it is lost
+		{seq: 6, fresh: true},
+		{seq: 6, fresh: false, duplicates: 1}, // duplicate
+		{seq: 9, fresh: true, lost: 2, duplicates: 1},
+		{seq: 8, fresh: true, lost: 1, duplicates: 1}, // late, not lost after all
+		{seq: 8, fresh: false, lost: 1, duplicates: 2},
+		{seq: 200, fresh: true, lost: 191, duplicates: 2},
+		{seq: 100, fresh: false, lost: 191, duplicates: 3}, // beyond the window: a replay
+		{seq: 199, fresh: true, lost: 190, duplicates: 3},
+	}
+	var p peer
+	for i, s := range steps {
+		fresh := p.accept(s.seq)
+		if fresh {
+			p.info.Packets++
+		}
+		if fresh != s.fresh || p.info.Lost != s.lost || p.info.Duplicates != s.duplicates {
+			t.Fatalf("step %d (seq %d): got fresh %v lost %d dup %d, want %v %d %d",
+				i, s.seq, fresh, p.info.Lost, p.info.Duplicates, s.fresh, s.lost, s.duplicates)
+		}
+	}
+}
+
+// testNode is a node over an in-memory network that records what it
+// applies, with its log captured.
+type testNode struct {
+	*Node
+	tr      *MemTransport
+	log     *syncBuffer
+	mu      sync.Mutex
+	applied map[string]uint32
+	pending []Hit
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newTestNode(t *testing.T, net *MemNetwork, name string, key []byte, fingerprint uint64) *testNode {
+	t.Helper()
+	tn := &testNode{tr: net.Join(name), log: &syncBuffer{}, applied: map[string]uint32{}}
+	n, err := NewNode(Config{
+		Interval:    time.Second,
+		Key:         key,
+		Fingerprint: fingerprint,
+		Drain: func(dst []Hit) []Hit {
+			tn.mu.Lock()
+			defer tn.mu.Unlock()
+			dst = append(dst, tn.pending...)
+			tn.pending = nil
+			return dst
+		},
+		Apply: func(now time.Time, hits []Hit) {
+			tn.mu.Lock()
+			defer tn.mu.Unlock()
+			for _, h := range hits {
+				tn.applied[h.Key] += h.Count
+			}
+		},
+		Logger: slog.New(slog.NewTextHandler(tn.log, nil)),
+	}, tn.tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.Node = n
+	return tn
+}
+
+func (tn *testNode) serve(key string, hits uint32) {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	tn.pending = append(tn.pending, Hit{Key: key, Count: hits})
+}
+
+func (tn *testNode) receiveAll() {
+	for {
+		select {
+		case p := <-tn.tr.Packets():
+			tn.Receive(p)
+		default:
+			return
+		}
+	}
+}
+
+func TestNodeIntegrity(t *testing.T) {
+	now := simT0
+	net := NewMemNetwork(MemConfig{Seed: 3}, func() time.Time { return now })
+	key := []byte("0123456789abcdef")
+	a := newTestNode(t, net, "a", key, 1)
+	b := newTestNode(t, net, "b", key, 1)
+	other := newTestNode(t, net, "other", key, 2) // different policies
+	forger := newTestNode(t, net, "forger", []byte("wrong key, wrong"), 1)
+
+	a.serve("x", 3)
+	other.serve("y", 1)
+	forger.serve("x", 1000)
+	for _, n := range []*testNode{a, other, forger} {
+		if err := n.Report(now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	net.Deliver(now)
+	b.receiveAll()
+	if b.applied["x"] != 3 || b.applied["y"] != 1 {
+		t.Fatalf("b applied %v, want x=3 (not the forger's 1000) and y=1", b.applied)
+	}
+	st := b.Stats()
+	if st.DroppedAuth != 1 || st.FingerprintMismatch != 1 || st.PacketsReceived != 2 {
+		t.Fatalf("stats %+v: want 1 auth drop, 1 fingerprint mismatch, 2 accepted", st)
+	}
+	// b's report reaches a; b's own datagram coming back is ignored.
+	b.serve("z", 5)
+	if err := b.Report(now); err != nil {
+		t.Fatal(err)
+	}
+	net.Deliver(now)
+	a.receiveAll()
+	if a.applied["z"] != 5 {
+		t.Fatalf("a applied z=%d, want 5", a.applied["z"])
+	}
+	var own []byte
+	enc := Encoder{Node: b.id, MaxPacket: 1400, Key: key}
+	enc.Encode(now, []Hit{{"own", 1}}, func(pkt []byte) error { own = append([]byte(nil), pkt...); return nil })
+	b.Receive(Packet{Data: own, From: "b", At: now})
+	if b.Stats().Own != 1 || b.applied["own"] != 0 {
+		t.Fatalf("own datagram: stats %+v, applied %v", b.Stats(), b.applied)
+	}
+	// Replaying a's datagram: a duplicate, not applied twice.
+	a.serve("r", 2)
+	tap := net.Join("tap")
+	a.Report(now)
+	net.Deliver(now)
+	replay := (<-tap.Packets()).Data
+	b.receiveAll()
+	b.Receive(Packet{Data: replay, From: "replayer", At: now})
+	if b.applied["r"] != 2 || b.Stats().DroppedDuplicate != 1 {
+		t.Fatalf("replay: applied r=%d dup=%d, want 2 and 1", b.applied["r"], b.Stats().DroppedDuplicate)
+	}
+	// Garbage is counted, never applied.
+	for _, g := range [][]byte{nil, []byte("DT"), bytes.Repeat([]byte{0xff}, 100), append([]byte("DT\x02"), make([]byte, 60)...)} {
+		b.Receive(Packet{Data: g, From: "junk", At: now})
+	}
+	if st := b.Stats(); st.DroppedMalformed+st.DroppedVersion+st.DroppedAuth != 4+1 {
+		t.Fatalf("garbage: %+v", st)
+	}
+
+	// The peers view and its log lines.
+	peers := b.Peers()
+	if len(peers) != 2 {
+		t.Fatalf("b heard %d peers, want 2 (a and other): %+v", len(peers), peers)
+	}
+	for _, pi := range peers {
+		if pi.Node == other.id && pi.FingerprintMatch || pi.Node == a.id && !pi.FingerprintMatch {
+			t.Errorf("fingerprint match wrong: %+v", pi)
+		}
+	}
+	log := b.log.String()
+	if strings.Count(log, "peer joined") != 2 || strings.Count(log, "policies differ") != 1 ||
+		strings.Count(log, "without a valid signature") != 1 {
+		t.Errorf("log:\n%s", log)
+	}
+	other.Report(now.Add(time.Second))
+	net.Deliver(now.Add(time.Second))
+	b.receiveAll()
+	if strings.Count(b.log.String(), "policies differ") != 1 {
+		t.Errorf("fingerprint warning repeated:\n%s", b.log.String())
+	}
+	b.checkSilence(now.Add(10 * time.Second))
+	if strings.Count(b.log.String(), "peer went silent") != 2 {
+		t.Errorf("silence not logged once per peer:\n%s", b.log.String())
+	}
+	b.checkSilence(now.Add(11 * time.Second))
+	if strings.Count(b.log.String(), "peer went silent") != 2 {
+		t.Errorf("silence logged twice:\n%s", b.log.String())
+	}
+}
+
+// TestNodeStopSendsLastHits checks a clean stop reports what was served
+// since the last report.
+func TestNodeStopSendsLastHits(t *testing.T) {
+	net := NewMemNetwork(MemConfig{Seed: 1}, nil)
+	a := newTestNode(t, net, "a", nil, 1)
+	b := newTestNode(t, net, "b", nil, 1)
+	a.Start()
+	a.serve("last", 7)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Stop(ctx); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	net.Deliver(time.Now().Add(time.Second))
+	b.receiveAll()
+	if b.applied["last"] != 7 {
+		t.Fatalf("b applied %v after a stopped, want last=7", b.applied)
+	}
+}
