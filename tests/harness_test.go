@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,7 +19,14 @@ import (
 // binary is the dthrottled built once for the whole package.
 var binary string
 
+// binaryEnv passes the built binary to the test re-executed inside a
+// network namespace, so it is built once.
+const binaryEnv = "DTHROTTLE_TEST_BINARY"
+
 func TestMain(m *testing.M) {
+	if binary = os.Getenv(binaryEnv); binary != "" {
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "dthrottle-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -31,6 +39,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "building dthrottled:", err)
 		os.Exit(1)
 	}
+	os.Setenv(binaryEnv, binary)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -55,7 +64,7 @@ func requireTool(t *testing.T, name string) string {
 type daemon struct {
 	cmd    *exec.Cmd
 	sock   string
-	stderr *bytes.Buffer
+	stderr *lockedBuffer
 	done   chan error
 }
 
@@ -76,7 +85,7 @@ func startDaemon(t *testing.T, config string) *daemon {
 // runDaemon starts dthrottled with args and waits until sock answers.
 func runDaemon(t *testing.T, sock string, env []string, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{cmd: exec.Command(binary, args...), sock: sock, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	d := &daemon{cmd: exec.Command(binary, args...), sock: sock, stderr: &lockedBuffer{}, done: make(chan error, 1)}
 	d.cmd.Stderr = d.stderr
 	d.cmd.Env = append(os.Environ(), env...)
 	if err := d.cmd.Start(); err != nil {
@@ -102,6 +111,24 @@ func runDaemon(t *testing.T, sock string, env []string, args ...string) *daemon 
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// lockedBuffer collects a process's output while tests read it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // stop sends SIGTERM and waits for a clean exit. Safe to call twice.
