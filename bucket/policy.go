@@ -2,8 +2,10 @@ package bucket
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math"
 	"sort"
+	"strconv"
 	"time"
 )
 
@@ -124,8 +126,14 @@ func newPolicySet(def Policy, prefixed []Policy) (policySet, error) {
 		}
 		set = append(set, c)
 	}
-	sort.SliceStable(set[1:], func(i, j int) bool {
-		return len(set[1+i].Prefix) > len(set[1+j].Prefix)
+	// Longest first so the first match is the longest; prefixes are unique,
+	// so ordering equal lengths by prefix makes the order total.
+	sort.Slice(set[1:], func(i, j int) bool {
+		a, b := set[1+i].Prefix, set[1+j].Prefix
+		if len(a) != len(b) {
+			return len(a) > len(b)
+		}
+		return a < b
 	})
 	return set, nil
 }
@@ -140,4 +148,25 @@ func match[T string | []byte](s policySet, tag T) int {
 		}
 	}
 	return 0
+}
+
+// fingerprint hashes what the policies do (prefixes, actions, rates and
+// bursts, not names), so peers can tell whether they throttle alike.
+func (s policySet) fingerprint() uint64 {
+	h := fnv.New64a()
+	var buf []byte
+	for _, p := range s {
+		buf = strconv.AppendQuote(buf[:0], p.Prefix)
+		buf = append(buf, ' ')
+		buf = append(buf, p.Action.String()...)
+		if p.Action == Limit {
+			buf = append(buf, ' ')
+			buf = strconv.AppendFloat(buf, p.Rate, 'g', -1, 64)
+			buf = append(buf, ' ')
+			buf = strconv.AppendInt(buf, int64(p.Burst), 10)
+		}
+		buf = append(buf, '\n')
+		h.Write(buf)
+	}
+	return h.Sum64()
 }

@@ -238,6 +238,11 @@ func (t *Table) Stats() Stats {
 	return st
 }
 
+// Fingerprint identifies what the table's policies do: two tables with
+// the same prefixes, actions, rates and bursts have the same fingerprint,
+// whatever the policies are named or the order they were given in.
+func (t *Table) Fingerprint() uint64 { return t.policies.fingerprint() }
+
 // Key returns the key the table uses for tag: the tag itself, or for a tag
 // longer than the configured maximum, its digest form.
 func (t *Table) Key(tag []byte) string {

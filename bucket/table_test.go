@@ -446,3 +446,25 @@ func TestDrainVisitsOnlyHitTags(t *testing.T) {
 		t.Fatalf("drain: %q", got)
 	}
 }
+
+func TestFingerprint(t *testing.T) {
+	a := newTestTable(t, Policy{Rate: 1, Burst: 10}, 10,
+		Policy{Name: "x", Prefix: "login:", Rate: 0.2, Burst: 5}, Policy{Prefix: "10.", Action: Allow},
+		Policy{Prefix: "11.", Action: Deny})
+	sameReordered := newTestTable(t, Policy{Rate: 1, Burst: 10}, 99,
+		Policy{Prefix: "11.", Action: Deny}, Policy{Prefix: "10.", Action: Allow, Rate: 7},
+		Policy{Name: "y", Prefix: "login:", Rate: 0.2, Burst: 5})
+	if a.Fingerprint() != sameReordered.Fingerprint() {
+		t.Error("same policies in another order or with other names: fingerprints differ")
+	}
+	for name, other := range map[string]*Table{
+		"rate":   newTestTable(t, Policy{Rate: 1, Burst: 10}, 10, Policy{Prefix: "login:", Rate: 0.3, Burst: 5}, Policy{Prefix: "10.", Action: Allow}, Policy{Prefix: "11.", Action: Deny}),
+		"burst":  newTestTable(t, Policy{Rate: 1, Burst: 11}, 10, Policy{Prefix: "login:", Rate: 0.2, Burst: 5}, Policy{Prefix: "10.", Action: Allow}, Policy{Prefix: "11.", Action: Deny}),
+		"action": newTestTable(t, Policy{Rate: 1, Burst: 10}, 10, Policy{Prefix: "login:", Rate: 0.2, Burst: 5}, Policy{Prefix: "10.", Action: Deny}, Policy{Prefix: "11.", Action: Deny}),
+		"prefix": newTestTable(t, Policy{Rate: 1, Burst: 10}, 10, Policy{Prefix: "login", Rate: 0.2, Burst: 5}, Policy{Prefix: "10.", Action: Allow}, Policy{Prefix: "11.", Action: Deny}),
+	} {
+		if other.Fingerprint() == a.Fingerprint() {
+			t.Errorf("different %s, same fingerprint", name)
+		}
+	}
+}
