@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,6 +49,7 @@ type Policy struct {
 // computes in, so that decisions are exact and never depend on rounding.
 type compiled struct {
 	Policy
+	counts   *policyCounts // queries answered under this policy's name
 	perToken int64 // nanoseconds to earn one token (1/rate)
 	allowAt  int64 // a query is served while tat-now <= allowAt ((burst-1) tokens)
 	debtAt   int64 // tat-now beyond this (burst tokens) means the bucket is below zero
@@ -81,6 +83,27 @@ func compile(p Policy) (compiled, error) {
 	return c, nil
 }
 
+// policyCounts counts the queries a policy answered. Limit policies count
+// in their shards, under the shard lock, and fold the counts in here when
+// the policies change; allow and deny policies, which take no lock, count
+// here directly.
+type policyCounts struct {
+	ok, no atomic.Uint64
+}
+
+// tatFor is the theoretical arrival time that leaves tokens in the bucket
+// at now: now itself for a full bucket.
+func (c *compiled) tatFor(tokens float64, now int64) int64 {
+	if tokens >= float64(c.Burst) {
+		return now
+	}
+	ahead := (float64(c.Burst) - tokens) * float64(c.perToken)
+	if ahead >= maxAhead {
+		return now + maxAhead
+	}
+	return now + int64(math.Round(ahead))
+}
+
 // tokens is the bucket level of an entry whose theoretical arrival time is
 // tat, seen at now: burst when tat <= now, less (possibly below zero) after.
 func (c *compiled) tokens(tat, now int64) float64 {
@@ -94,7 +117,9 @@ func (c *compiled) tokens(tat, now int64) float64 {
 // after it, longest prefix first, so the first match is the longest.
 type policySet []compiled
 
-func newPolicySet(def Policy, prefixed []Policy) (policySet, error) {
+// newPolicySet compiles the policies. Counts are taken over from old by
+// policy name, so a reload keeps every policy's totals; old may be nil.
+func newPolicySet(def Policy, prefixed []Policy, old policySet) (policySet, error) {
 	if len(prefixed) >= math.MaxUint16 {
 		return nil, fmt.Errorf("bucket: too many policies (%d)", len(prefixed))
 	}
@@ -135,6 +160,15 @@ func newPolicySet(def Policy, prefixed []Policy) (policySet, error) {
 		}
 		return a < b
 	})
+	byName := map[string]*policyCounts{}
+	for i := range old {
+		byName[old[i].Name] = old[i].counts
+	}
+	for i := range set {
+		if set[i].counts = byName[set[i].Name]; set[i].counts == nil {
+			set[i].counts = new(policyCounts)
+		}
+	}
 	return set, nil
 }
 

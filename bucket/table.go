@@ -19,7 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"math/bits"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,9 +49,16 @@ type Stats struct {
 	EvictedHits uint64 // unreported hits lost with evicted entries
 }
 
-// State is one entry as seen at an instant, for tests and the admin view.
+// PolicyStats counts the queries one policy answered.
+type PolicyStats struct {
+	Policy
+	OK, NO uint64
+}
+
+// State is a tag as seen at an instant, for tests and the admin view.
 type State struct {
-	Policy     string
+	Policy     Policy  // the policy the tag falls under
+	Tracked    bool    // false: the table holds nothing for it (a full bucket)
 	Tokens     float64 // may be negative: debt from peers' hits
 	Unreported uint32
 }
@@ -59,11 +67,15 @@ type State struct {
 // over independently locked shards, so concurrent queries rarely wait on
 // each other. Create it with New.
 type Table struct {
-	policies    policySet
-	shards      []shard
-	mask        uint64
-	seed        maphash.Seed
-	maxTagBytes int
+	shards []shard
+	mask   uint64
+	seed   maphash.Seed
+
+	// policies routes allow and deny tags without taking a lock; each
+	// shard holds its own copy for its entries, swapped under its lock.
+	policies    atomic.Pointer[policySet]
+	maxTagBytes atomic.Int64
+	reconfig    sync.Mutex // one Reconfigure at a time
 }
 
 // maxShards is enough to keep lock contention negligible on the machines a
@@ -72,37 +84,68 @@ const maxShards = 64
 
 // New returns an empty table.
 func New(cfg Config) (*Table, error) {
+	set, err := checkConfig(cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	// One shard per 1024 tags of capacity, a power of two, at most maxShards:
+	// small tables have one shard, so their eviction order is exact. The
+	// number of shards stays as created.
+	n := 1
+	for n*2 <= maxShards && n*2*1024 <= cfg.MaxTags {
+		n *= 2
+	}
+	t := &Table{shards: make([]shard, n), mask: uint64(n - 1), seed: maphash.MakeSeed()}
+	t.policies.Store(&set)
+	t.maxTagBytes.Store(int64(cfg.MaxTagBytes))
+	for i := range t.shards {
+		t.shards[i].init(shardCapacity(cfg.MaxTags, n, i), uint64(i)+1, set)
+	}
+	return t, nil
+}
+
+func checkConfig(cfg Config, old policySet) (policySet, error) {
 	if cfg.MaxTags < 1 {
 		return nil, fmt.Errorf("bucket: max tags must be >= 1, got %d", cfg.MaxTags)
 	}
 	if cfg.MaxTagBytes < 64 {
 		return nil, fmt.Errorf("bucket: max tag bytes must be >= 64, got %d", cfg.MaxTagBytes)
 	}
-	set, err := newPolicySet(cfg.Default, cfg.Policies)
+	return newPolicySet(cfg.Default, cfg.Policies, old)
+}
+
+// shardCapacity spreads maxTags over n shards exactly.
+func shardCapacity(maxTags, n, i int) int {
+	c := maxTags / n
+	if i < maxTags%n {
+		c++
+	}
+	return c
+}
+
+// Reconfigure applies new policies, rates, bursts and caps at now without
+// losing state: every tracked tag keeps its tokens (capped at its new
+// burst) and its unreported hits, under the policy it now matches; tags
+// now under an allow or deny policy are forgotten; a lower MaxTags evicts
+// down to it at once. The number of shards stays as created. On error the
+// table is unchanged.
+func (t *Table) Reconfigure(now time.Time, cfg Config) error {
+	t.reconfig.Lock()
+	defer t.reconfig.Unlock()
+	set, err := checkConfig(cfg, *t.policies.Load())
 	if err != nil {
-		return nil, err
+		return err
 	}
-	// One shard per 1024 tags of capacity, a power of two, at most maxShards:
-	// small tables have one shard, so their eviction order is exact.
-	n := 1
-	for n*2 <= maxShards && n*2*1024 <= cfg.MaxTags {
-		n *= 2
-	}
-	t := &Table{
-		policies:    set,
-		shards:      make([]shard, n),
-		mask:        uint64(n - 1),
-		seed:        maphash.MakeSeed(),
-		maxTagBytes: cfg.MaxTagBytes,
-	}
+	ns := now.UnixNano()
+	t.policies.Store(&set)
+	t.maxTagBytes.Store(int64(cfg.MaxTagBytes))
 	for i := range t.shards {
-		capacity := cfg.MaxTags / n
-		if i < cfg.MaxTags%n {
-			capacity++
-		}
-		t.shards[i].init(capacity, uint64(i)+1)
+		s := &t.shards[i]
+		s.mu.Lock()
+		s.reconfigure(s.advance(ns), set, shardCapacity(cfg.MaxTags, len(t.shards), i))
+		s.mu.Unlock()
 	}
-	return t, nil
+	return nil
 }
 
 // ErrUnknownTag is returned by Peek for a tag the table does not track.
@@ -116,41 +159,38 @@ func (t *Table) Allow(now time.Time, tag []byte) bool {
 	if len(tag) == 0 {
 		return true
 	}
-	pi := match(t.policies, tag)
-	p := &t.policies[pi]
-	switch p.Action {
-	case Allow:
-		return true
-	case Deny:
-		return false
+	set := t.policies.Load()
+	pi := match(*set, tag)
+	if p := &(*set)[pi]; p.Action != Limit {
+		return p.answer()
 	}
-	if len(tag) > t.maxTagBytes {
-		tag = digestKey(tag, t.maxTagBytes)
+	if max := int(t.maxTagBytes.Load()); len(tag) > max {
+		tag = digestKey(tag, max)
 	}
 	ns := now.UnixNano()
 	s := t.shardFor(tag)
 	s.mu.Lock()
-	n := s.advance(ns)
-	i, ok := s.index[string(tag)]
-	if !ok {
-		i = s.insert(n, string(tag), pi, t.policies)
+	if &s.policies[0] != &(*set)[0] {
+		// A reload swapped the policies in between: ask the shard's.
+		if pi = match(s.policies, tag); s.policies[pi].Action != Limit {
+			ok := s.policies[pi].answer()
+			s.mu.Unlock()
+			return ok
+		}
 	}
-	e := &s.entries[i]
-	tat := max(e.tat, n)
-	if tat-n > p.allowAt {
-		s.mu.Unlock()
-		return false
-	}
-	e.tat = tat + p.perToken
-	if e.unreported < ^uint32(0) {
-		e.unreported++
-	}
-	if e.dirtyPos == 0 {
-		s.dirty = append(s.dirty, i)
-		e.dirtyPos = int32(len(s.dirty))
-	}
+	ok := s.allow(s.advance(ns), tag, pi)
 	s.mu.Unlock()
-	return true
+	return ok
+}
+
+// answer is the fixed answer of an allow or deny policy, counted.
+func (c *compiled) answer() bool {
+	if c.Action == Allow {
+		c.counts.ok.Add(1)
+		return true
+	}
+	c.counts.no.Add(1)
+	return false
 }
 
 // AllowNow is shorthand for Allow(time.Now(), tag).
@@ -165,29 +205,24 @@ func (t *Table) Spend(now time.Time, key string, hits uint32) {
 	if key == "" || hits == 0 {
 		return
 	}
-	pi := match(t.policies, key)
-	p := &t.policies[pi]
-	if p.Action != Limit {
-		return
-	}
 	ns := now.UnixNano()
 	s := t.shardForString(key)
 	s.mu.Lock()
-	n := s.advance(ns)
-	i, ok := s.index[key]
-	if !ok {
-		i = s.insert(n, key, pi, t.policies)
-	}
-	e := &s.entries[i]
-	tat := max(e.tat, n)
-	hi, add := bits.Mul64(uint64(hits), uint64(p.perToken))
-	if hi != 0 || add > maxAhead || tat-n > maxAhead-int64(add) {
-		tat = n + maxAhead
-	} else {
-		tat += int64(add)
-	}
-	e.tat = tat
+	s.spend(s.advance(ns), key, hits)
 	s.mu.Unlock()
+}
+
+// Forget drops key and its unreported hits, as if it had never been seen.
+// Peers are not told. It reports whether the key was tracked.
+func (t *Table) Forget(key string) bool {
+	s := t.shardForString(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, ok := s.index[key]
+	if ok {
+		s.remove(i)
+	}
+	return ok
 }
 
 // Drain appends to dst every tag with unreported hits, and their counts,
@@ -209,19 +244,21 @@ func (t *Table) Drain(dst []Hit) []Hit {
 	return dst
 }
 
-// Peek returns the state of key at now without changing it.
+// Peek returns the state of key at now without changing it, or
+// ErrUnknownTag with the state of a full bucket under the key's policy.
 func (t *Table) Peek(now time.Time, key string) (State, error) {
 	s := t.shardForString(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	n := max(s.now, now.UnixNano())
 	i, ok := s.index[key]
 	if !ok {
-		return State{}, ErrUnknownTag
+		p := &s.policies[match(s.policies, key)]
+		return State{Policy: p.Policy, Tokens: float64(p.Burst)}, ErrUnknownTag
 	}
 	e := &s.entries[i]
-	p := &t.policies[e.policy]
-	n := max(s.now, now.UnixNano())
-	return State{Policy: p.Name, Tokens: p.tokens(e.tat, n), Unreported: e.unreported}, nil
+	p := &s.policies[e.policy]
+	return State{Policy: p.Policy, Tracked: true, Tokens: p.tokens(e.tat, n), Unreported: e.unreported}, nil
 }
 
 // Stats returns the table's counters.
@@ -238,16 +275,38 @@ func (t *Table) Stats() Stats {
 	return st
 }
 
+// PolicyStats returns, for each current policy (the default first), the
+// queries it answered OK and NO over the table's life, reloads included.
+func (t *Table) PolicyStats() []PolicyStats {
+	t.reconfig.Lock()
+	defer t.reconfig.Unlock()
+	set := *t.policies.Load()
+	out := make([]PolicyStats, len(set))
+	for i := range set {
+		out[i] = PolicyStats{Policy: set[i].Policy, OK: set[i].counts.ok.Load(), NO: set[i].counts.no.Load()}
+	}
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for pi, c := range s.counts {
+			out[pi].OK += c.ok
+			out[pi].NO += c.no
+		}
+		s.mu.Unlock()
+	}
+	return out
+}
+
 // Fingerprint identifies what the table's policies do: two tables with
 // the same prefixes, actions, rates and bursts have the same fingerprint,
 // whatever the policies are named or the order they were given in.
-func (t *Table) Fingerprint() uint64 { return t.policies.fingerprint() }
+func (t *Table) Fingerprint() uint64 { return t.policies.Load().fingerprint() }
 
 // Key returns the key the table uses for tag: the tag itself, or for a tag
 // longer than the configured maximum, its digest form.
 func (t *Table) Key(tag []byte) string {
-	if len(tag) > t.maxTagBytes {
-		return string(digestKey(tag, t.maxTagBytes))
+	if max := int(t.maxTagBytes.Load()); len(tag) > max {
+		return string(digestKey(tag, max))
 	}
 	return string(tag)
 }

@@ -170,8 +170,8 @@ func TestPolicies(t *testing.T) {
 		t.Errorf("allow and deny policies keep no state: %d tags tracked, want 3", got)
 	}
 	st, err := tb.Peek(at(0), "login:admin1")
-	if err != nil || st.Policy != "login-admin" {
-		t.Errorf("policy of login:admin1: got %q (%v), want login-admin", st.Policy, err)
+	if err != nil || st.Policy.Name != "login-admin" {
+		t.Errorf("policy of login:admin1: got %q (%v), want login-admin", st.Policy.Name, err)
 	}
 }
 
