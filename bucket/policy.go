@@ -50,9 +50,9 @@ type Policy struct {
 type compiled struct {
 	Policy
 	counts   *policyCounts // queries answered under this policy's name
-	perToken int64 // nanoseconds to earn one token (1/rate)
-	allowAt  int64 // a query is served while tat-now <= allowAt ((burst-1) tokens)
-	debtAt   int64 // tat-now beyond this (burst tokens) means the bucket is below zero
+	perToken int64         // nanoseconds to earn one token (1/rate)
+	allowAt  int64         // a query is served while tat-now <= allowAt ((burst-1) tokens)
+	debtAt   int64         // tat-now beyond this (burst tokens) means the bucket is below zero
 }
 
 // maxAhead bounds how far a bucket's theoretical arrival time may run ahead
