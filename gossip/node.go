@@ -31,7 +31,8 @@ type Config struct {
 	// Apply subtracts hits a peer served; now is the datagram's arrival.
 	Apply func(now time.Time, hits []Hit)
 	// SilentAfter is how long a peer may go unheard before it is logged as
-	// silent. Default 3 intervals, at least 1s more than one interval.
+	// silent. Default 3 intervals, at least 1s more than one interval; an
+	// Update of the interval resets it to that default.
 	SilentAfter time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
@@ -78,6 +79,7 @@ type Node struct {
 	authWarned time.Time // when dropped unsigned reports were last logged
 
 	started atomic.Bool
+	retick  chan time.Duration // a new interval for the running loop
 	stop    chan struct{}
 	stopped chan struct{}
 	once    sync.Once
@@ -98,7 +100,7 @@ func NewNode(cfg Config, t Transport) (*Node, error) {
 		return nil, fmt.Errorf("gossip: max packet must be between 512 and 65507, got %d", cfg.MaxPacket)
 	}
 	if cfg.SilentAfter <= 0 {
-		cfg.SilentAfter = max(3*cfg.Interval, cfg.Interval+time.Second)
+		cfg.SilentAfter = silentAfter(cfg.Interval)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -114,6 +116,7 @@ func NewNode(cfg Config, t Transport) (*Node, error) {
 		id:        id,
 		enc:       Encoder{Node: id, Fingerprint: cfg.Fingerprint, MaxPacket: cfg.MaxPacket, Key: cfg.Key},
 		peers:     make(map[uint64]*peer),
+		retick:    make(chan time.Duration, 1),
 		stop:      make(chan struct{}),
 		stopped:   make(chan struct{}),
 	}
@@ -179,7 +182,10 @@ func (n *Node) Report(now time.Time) error {
 // Receive checks one datagram and applies its hits if it is a new one
 // from a peer.
 func (n *Node) Receive(p Packet) {
-	msg, err := Decode(p.Data, n.cfg.Key)
+	n.mu.Lock()
+	key, ours := n.cfg.Key, n.cfg.Fingerprint
+	n.mu.Unlock()
+	msg, err := Decode(p.Data, key)
 	n.mu.Lock()
 	if err != nil {
 		switch {
@@ -215,7 +221,7 @@ func (n *Node) Receive(p Packet) {
 	}
 	pr.info.Addr = p.From
 	pr.info.LastHeard = p.At
-	pr.info.FingerprintMatch = msg.Fingerprint == n.cfg.Fingerprint
+	pr.info.FingerprintMatch = msg.Fingerprint == ours
 	wasSilent := pr.info.Silent
 	pr.info.Silent = false
 	warn := !pr.info.FingerprintMatch && !pr.warned
@@ -236,7 +242,7 @@ func (n *Node) Receive(p Packet) {
 	}
 	if warn {
 		n.log.Warn("peer's policies differ from ours: the cluster will not hold one rate",
-			append(attrs, "their_fingerprint", fmt.Sprintf("%016x", msg.Fingerprint), "ours", fmt.Sprintf("%016x", n.cfg.Fingerprint))...)
+			append(attrs, "their_fingerprint", fmt.Sprintf("%016x", msg.Fingerprint), "ours", fmt.Sprintf("%016x", ours))...)
 	}
 	if msg.Type == MsgHits && len(msg.Hits) > 0 {
 		n.cfg.Apply(p.At, msg.Hits)
@@ -303,6 +309,38 @@ func (n *Node) Stats() Stats {
 	return st
 }
 
+// Update is what a reload may change on a running node.
+type Update struct {
+	Interval    time.Duration
+	MaxPacket   int
+	Key         []byte
+	Fingerprint uint64
+}
+
+// Update applies new settings from the next report on, keeping the node's
+// id and sequence numbers, so peers see the same node carry on.
+func (n *Node) Update(u Update) error {
+	if u.Interval <= 0 {
+		return fmt.Errorf("gossip: interval must be > 0, got %v", u.Interval)
+	}
+	if u.MaxPacket < 512 || u.MaxPacket > 65507 {
+		return fmt.Errorf("gossip: max packet must be between 512 and 65507, got %d", u.MaxPacket)
+	}
+	n.reportMu.Lock()
+	n.enc.MaxPacket, n.enc.Key, n.enc.Fingerprint = u.MaxPacket, u.Key, u.Fingerprint
+	n.reportMu.Unlock()
+	n.mu.Lock()
+	n.cfg.Interval, n.cfg.MaxPacket, n.cfg.Key, n.cfg.Fingerprint = u.Interval, u.MaxPacket, u.Key, u.Fingerprint
+	n.cfg.SilentAfter = silentAfter(u.Interval)
+	n.mu.Unlock()
+	select {
+	case <-n.retick: // replace an update the loop has not taken yet
+	default:
+	}
+	n.retick <- u.Interval
+	return nil
+}
+
 // Start reports every interval and applies what arrives, in a goroutine of
 // its own, until Stop. Call it at most once.
 func (n *Node) Start() {
@@ -312,13 +350,18 @@ func (n *Node) Start() {
 
 func (n *Node) run() {
 	defer close(n.stopped)
-	tick := time.NewTicker(n.cfg.Interval)
+	n.mu.Lock()
+	interval := n.cfg.Interval
+	n.mu.Unlock()
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	packets := n.transport.Packets()
 	for {
 		select {
 		case <-n.stop:
 			return
+		case d := <-n.retick:
+			tick.Reset(d)
 		case now := <-tick.C:
 			if err := n.Report(now); err != nil {
 				n.log.Warn("report not sent", "err", err)
@@ -356,6 +399,12 @@ func (n *Node) Stop(ctx context.Context) error {
 		}
 	})
 	return err
+}
+
+// silentAfter is how long a peer may go unheard before it is called
+// silent: three intervals, and at least one second more than one.
+func silentAfter(interval time.Duration) time.Duration {
+	return max(3*interval, interval+time.Second)
 }
 
 // nodeName formats a node id as logs and the admin view show it.

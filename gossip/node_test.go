@@ -230,3 +230,38 @@ func TestNodeStopSendsLastHits(t *testing.T) {
 		t.Fatalf("b applied %v after a stopped, want last=7", b.applied)
 	}
 }
+
+// TestNodeUpdate changes the key and the fingerprint of a running pair of
+// nodes: reports signed with the new key are accepted by a peer with it,
+// and the node keeps its id and sequence.
+func TestNodeUpdate(t *testing.T) {
+	now := simT0
+	net := NewMemNetwork(MemConfig{Seed: 5}, func() time.Time { return now })
+	oldKey, newKey := []byte("old key old key!"), []byte("new key new key!")
+	a := newTestNode(t, net, "a", oldKey, 1)
+	b := newTestNode(t, net, "b", newKey, 2)
+	a.serve("x", 1)
+	a.Report(now)
+	net.Deliver(now)
+	b.receiveAll()
+	if b.Stats().DroppedAuth != 1 {
+		t.Fatalf("report under the old key accepted: %+v", b.Stats())
+	}
+	if err := a.Update(Update{Interval: time.Second, MaxPacket: 1400, Key: newKey, Fingerprint: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Update(Update{Interval: 0, MaxPacket: 1400}); err == nil {
+		t.Fatal("zero interval accepted")
+	}
+	a.serve("y", 2)
+	a.Report(now)
+	net.Deliver(now)
+	b.receiveAll()
+	if b.applied["y"] != 2 {
+		t.Fatalf("report under the new key not applied: %v", b.applied)
+	}
+	peers := b.Peers()
+	if len(peers) != 1 || peers[0].Node != a.ID() || !peers[0].FingerprintMatch || peers[0].Lost != 0 {
+		t.Fatalf("peers after update: %+v (want a's id, matching fingerprint, the sequence carried on)", peers)
+	}
+}

@@ -1,0 +1,178 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+)
+
+// ListenUnicast opens a UDP socket on cfg.Bind; Send writes to every peer
+// in cfg.Peers. Peer names are looked up before it returns (a failure is
+// logged, not returned, and the peer is skipped until a lookup works) and
+// again every cfg.Resolve in the background until Close. A peer that
+// resolves to this transport's own address is sent to like any other.
+func ListenUnicast(cfg UnicastConfig) (*UDPTransport, error) {
+	return listenUnicast(cfg, func(ctx context.Context, host string) ([]netip.Addr, error) {
+		return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	})
+}
+
+// listenUnicast is ListenUnicast with the name lookup given.
+func listenUnicast(cfg UnicastConfig, lookup func(ctx context.Context, host string) ([]netip.Addr, error)) (*UDPTransport, error) {
+	every := cfg.Resolve
+	if every == 0 {
+		every = resolveDefault
+	}
+	if every < 0 {
+		return nil, fmt.Errorf("gossip: resolve interval must be > 0, got %v", cfg.Resolve)
+	}
+	peers := make([]*udpPeer, 0, len(cfg.Peers))
+	for _, spec := range cfg.Peers {
+		p, err := parsePeer(spec)
+		if err != nil {
+			return nil, err
+		}
+		peers = append(peers, p)
+	}
+	lc := net.ListenConfig{Control: unicastControl}
+	pc, err := lc.ListenPacket(context.Background(), "udp", cfg.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: listening on %s: %w", cfg.Bind, err)
+	}
+	t := newUDPTransport(pc.(*net.UDPConn), cfg.Logger)
+	t.peers = peers
+	t.lookup = lookup
+	t.resolve()
+	// Look names up again periodically, also for a reload that brings
+	// names where there were only addresses.
+	t.start(true, every)
+	return t, nil
+}
+
+// parsePeer parses a "host:port" peer; an IP literal host is resolved at once.
+func parsePeer(spec string) (*udpPeer, error) {
+	host, port, err := net.SplitHostPort(spec)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: peer %q: want \"host:port\": %w", spec, err)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || n == 0 {
+		return nil, fmt.Errorf("gossip: peer %q: port must be a number from 1 to 65535", spec)
+	}
+	if host == "" {
+		return nil, fmt.Errorf("gossip: peer %q: host must not be empty", spec)
+	}
+	p := &udpPeer{spec: spec, host: host, port: uint16(n)}
+	if a, err := netip.ParseAddr(host); err == nil {
+		p.addr = netip.AddrPortFrom(a.Unmap(), p.port)
+	}
+	return p, nil
+}
+
+// resolve looks up every peer given by name and publishes the addresses
+// Send uses. A failed lookup keeps the peer's previous address; each new
+// error, recovery or change of address is logged once.
+func (t *UDPTransport) resolve() {
+	t.resolveMu.Lock()
+	defer t.resolveMu.Unlock()
+	for _, p := range t.peers {
+		if _, err := netip.ParseAddr(p.host); err == nil {
+			continue // a literal never changes
+		}
+		ctx, cancel := context.WithTimeout(t.ctx, resolveTimeout)
+		addrs, err := t.lookup(ctx, p.host)
+		cancel()
+		if t.ctx.Err() != nil {
+			return // closing
+		}
+		a, ok := pickAddr(addrs)
+		if err == nil && !ok {
+			err = errors.New("no addresses")
+		}
+		if err != nil {
+			if msg := err.Error(); msg != p.lastErr {
+				p.lastErr = msg
+				t.log.Warn("cannot resolve peer, keeping its previous address",
+					"peer", p.spec, "addr", addrString(p.addr), "err", err)
+			}
+			continue
+		}
+		next := netip.AddrPortFrom(a, p.port)
+		switch {
+		case p.lastErr != "":
+			t.log.Info("peer resolves again", "peer", p.spec, "addr", next.String())
+		case p.addr.IsValid() && p.addr != next:
+			t.log.Info("peer address changed", "peer", p.spec, "old", p.addr.String(), "addr", next.String())
+		}
+		p.lastErr = ""
+		p.addr = next
+	}
+	dests := make([]netip.AddrPort, 0, len(t.peers))
+	seen := make(map[netip.AddrPort]bool, len(t.peers))
+	for _, p := range t.peers {
+		if p.addr.IsValid() && !seen[p.addr] {
+			seen[p.addr] = true
+			dests = append(dests, p.addr)
+		}
+	}
+	t.dests.Store(&dests)
+}
+
+// pickAddr prefers the first IPv4 address, which any socket can reach,
+// then the first address of any kind.
+func pickAddr(addrs []netip.Addr) (netip.Addr, bool) {
+	for _, a := range addrs {
+		if a.Unmap().Is4() {
+			return a.Unmap(), true
+		}
+	}
+	if len(addrs) > 0 {
+		return addrs[0], true
+	}
+	return netip.Addr{}, false
+}
+
+func addrString(ap netip.AddrPort) string {
+	if !ap.IsValid() {
+		return "none"
+	}
+	return ap.String()
+}
+
+// resolveEvery looks peer names up again every period until Close.
+func (t *UDPTransport) resolveEvery(every time.Duration) {
+	defer t.wg.Done()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-tick.C:
+			t.resolve()
+		}
+	}
+}
+
+
+// SetPeers replaces the unicast peers, as a reload does, and looks their
+// names up at once. On error the peers are unchanged.
+func (t *UDPTransport) SetPeers(specs []string) error {
+	peers := make([]*udpPeer, 0, len(specs))
+	for _, spec := range specs {
+		p, err := parsePeer(spec)
+		if err != nil {
+			return err
+		}
+		peers = append(peers, p)
+	}
+	t.resolveMu.Lock()
+	t.peers = peers
+	t.resolveMu.Unlock()
+	t.resolve()
+	return nil
+}
