@@ -33,6 +33,7 @@ type Config struct {
 	Policy []Policy `toml:"policy"` // prefix policies; the longest matching prefix wins
 	Gossip Gossip   `toml:"gossip"` // how reports reach the other peers
 	Admin  Admin    `toml:"admin"`  // the HTTP admin endpoint
+	Log    Log      `toml:"log"`    // what the daemon logs, and how
 }
 
 // Listen says where the query protocol is served. At least one of Unix and
@@ -84,6 +85,13 @@ type Gossip struct {
 // The zero Admin disables it.
 type Admin struct {
 	HTTP string `toml:"http"` // "host:port"; "" disables
+}
+
+// Log says how the daemon logs: to stderr, where journald adds the
+// timestamps. The zero Log is not valid: start from [Default].
+type Log struct {
+	Format string `toml:"format"` // "text" or "json"
+	Level  string `toml:"level"`  // "debug", "info", "warn" or "error"
 }
 
 // Duration is a time.Duration written in TOML as a string that
@@ -140,6 +148,10 @@ func Default() Config {
 		},
 		Admin: Admin{
 			HTTP: "", // no admin endpoint
+		},
+		Log: Log{
+			Format: "text", // key=value lines
+			Level:  "info", // starts, stops, peers, warnings; never a line per query
 		},
 	}
 }

@@ -32,6 +32,7 @@ func TestDefaultValues(t *testing.T) {
 		Listen: Listen{Unix: DefaultUnixPath(), UnixMode: "0660", MaxConns: 10000, MaxTagBytes: 256},
 		Limit:  Limit{Rate: 1, Burst: 10, MaxTags: 1000000},
 		Gossip: Gossip{Interval: Duration{time.Second}, TTL: 1, Bind: ":7777", MaxPacket: 1400},
+		Log:    Log{Format: "text", Level: "info"},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() =\n%+v\nwant\n%+v", got, want)
@@ -76,6 +77,7 @@ func TestShippedExample(t *testing.T) {
 			Peers: []string{}, Bind: ":7777", MaxPacket: 1400,
 		},
 		Admin: Admin{HTTP: "127.0.0.1:7071"},
+		Log:   Log{Format: "text", Level: "info"},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("Load(../dthrottle.toml) =\n%+v\nwant\n%+v", c, want)

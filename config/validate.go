@@ -40,7 +40,7 @@ const (
 // not modify c and does no I/O: it does not resolve names or check that
 // files exist.
 func (c *Config) Validate() error {
-	for _, check := range []func() *Error{c.validateListen, c.validateLimit, c.validatePolicies, c.validateGossip, c.validateAdmin} {
+	for _, check := range []func() *Error{c.validateListen, c.validateLimit, c.validatePolicies, c.validateGossip, c.validateAdmin, c.validateLog} {
 		if e := check(); e != nil {
 			return e
 		}
@@ -245,3 +245,17 @@ func parseMode(s string) (os.FileMode, bool) {
 }
 
 func quote(s string) string { return strconv.Quote(s) }
+
+func (c *Config) validateLog() *Error {
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		return bad(key("log", "format"), quote(c.Log.Format), `must be "text" or "json"`)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return bad(key("log", "level"), quote(c.Log.Level), `must be one of "debug", "info", "warn", "error"`)
+	}
+	return nil
+}

@@ -85,6 +85,9 @@ func TestValidateRanges(t *testing.T) {
 		{"interval 1h1ns", func(c *Config) { c.Gossip.Interval.Duration = time.Hour + 1 }, `config: gossip.interval = "1h0m0.000000001s": must be between 10ms and 1h`},
 		{"interval -1s", func(c *Config) { c.Gossip.Interval.Duration = -time.Second }, `config: gossip.interval = "-1s": must be between 10ms and 1h`},
 		{"group ipv4", func(c *Config) { c.Gossip.Group = "239.255.77.77:7777" }, ""},
+		{"log json debug", func(c *Config) { c.Log.Format, c.Log.Level = "json", "debug" }, ""},
+		{"log format", func(c *Config) { c.Log.Format = "xml" }, `config: log.format = "xml": must be "text" or "json"`},
+		{"log level", func(c *Config) { c.Log.Level = "loud" }, `config: log.level = "loud": must be one of "debug", "info", "warn", "error"`},
 		{"group ipv6", func(c *Config) { c.Gossip.Group = "[ff02::77]:7777" }, `config: gossip.group = "[ff02::77]:7777": host must be an IPv4 multicast address (224.0.0.0/4)`},
 		{"bind on the group's port with peers", func(c *Config) {
 			c.Gossip.Group, c.Gossip.Peers, c.Gossip.Bind = "239.1.2.3:7777", []string{"10.0.0.2:7778"}, ":7777"

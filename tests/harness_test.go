@@ -85,7 +85,14 @@ func startDaemon(t *testing.T, config string) *daemon {
 // runDaemon starts dthrottled with args and waits until sock answers.
 func runDaemon(t *testing.T, sock string, env []string, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{cmd: exec.Command(binary, args...), sock: sock, stderr: &lockedBuffer{}, done: make(chan error, 1)}
+	return runDaemonCmd(t, sock, exec.Command(binary, args...), env...)
+}
+
+// runDaemonCmd starts cmd, a dthrottled or a command that runs one, and
+// waits until sock answers.
+func runDaemonCmd(t *testing.T, sock string, cmd *exec.Cmd, env ...string) *daemon {
+	t.Helper()
+	d := &daemon{cmd: cmd, sock: sock, stderr: &lockedBuffer{}, done: make(chan error, 1)}
 	d.cmd.Stderr = d.stderr
 	d.cmd.Env = append(os.Environ(), env...)
 	if err := d.cmd.Start(); err != nil {
@@ -129,6 +136,19 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// awaitLog waits until the daemon has logged a line containing want: its
+// output arrives through a pipe, after whatever it did before writing it.
+func (d *daemon) awaitLog(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(d.stderr.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("dthrottled did not log %q within 10s:\n%s", want, d.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // stop sends SIGTERM and waits for a clean exit. Safe to call twice.

@@ -5,24 +5,31 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/gossip"
 	"github.com/dthrottle/dthrottle/protocol"
 )
 
 // daemon is a running dthrottled: the table, the line server and its
-// listeners.
+// listeners, and the gossip with the peers.
 type daemon struct {
 	log       *slog.Logger
+	level     *slog.LevelVar
+	path      string // config file; "" for the built-in defaults
+	started   time.Time
 	table     *bucket.Table
 	server    *protocol.Server
-	gossip    *gossip.Node // nil when no group and no peers are configured
+	gossip    *gossipRun // nil when no group and no peers are configured
 	listeners []net.Listener
 	unlock    func() // releases the Unix socket's lock file
 	failed    chan error
+
+	mu                      sync.Mutex // guards cfg and the reload counts
+	cfg                     config.Config
+	reloads, reloadFailures uint64
 }
 
 // decider lets the line server ask the table.
@@ -50,37 +57,32 @@ func tableConfig(cfg config.Config) bucket.Config {
 	return tc
 }
 
-// start opens the listeners and serves on them. On error, nothing is left
-// open.
-func start(cfg config.Config, log *slog.Logger) (_ *daemon, err error) {
+// start opens the listeners, or takes the ones systemd passed, and serves
+// on them. On error, nothing is left open.
+func start(cfg config.Config, path string, log *slog.Logger, level *slog.LevelVar) (_ *daemon, err error) {
 	table, err := bucket.New(tableConfig(cfg))
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{log: log, table: table, unlock: func() {}, failed: make(chan error, 2)}
+	d := &daemon{log: log, level: level, path: path, started: time.Now(), table: table, cfg: cfg,
+		unlock: func() {}, failed: make(chan error, 4)}
 	defer func() {
 		if err != nil {
 			d.closeListeners()
 		}
 	}()
-	if cfg.Listen.Unix != "" {
-		l, unlock, err := listenUnix(cfg.Listen.Unix, cfg.UnixModeBits(), cfg.Listen.UnixGroup)
-		if err != nil {
-			return nil, err
-		}
-		d.listeners, d.unlock = append(d.listeners, l), unlock
-		log.Info("listening", "unix", cfg.Listen.Unix, "mode", fmt.Sprintf("%#o", cfg.UnixModeBits()))
+	inherited, err := activationListeners()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Listen.TCP != "" {
-		l, err := net.Listen("tcp", cfg.Listen.TCP)
-		if err != nil {
-			return nil, fmt.Errorf("listening on tcp %s: %w", cfg.Listen.TCP, err)
+	if len(inherited) > 0 {
+		for _, l := range inherited {
+			d.listeners = append(d.listeners, l.Listener)
+			log.Info("listening on a socket passed by systemd", "name", l.name, l.Addr().Network(), l.Addr().String())
 		}
-		d.listeners = append(d.listeners, l)
-		log.Info("listening", "tcp", l.Addr().String())
-		if !isLoopback(l.Addr()) {
-			log.Warn("tcp listener is reachable from other hosts: anyone who can connect can spend tags", "tcp", l.Addr().String())
-		}
+		log.Info("socket activation: listen.unix and listen.tcp are not used")
+	} else if err := d.listen(cfg); err != nil {
+		return nil, err
 	}
 	if d.gossip, err = startGossip(cfg.Gossip, table, log); err != nil {
 		return nil, err
@@ -93,9 +95,34 @@ func start(cfg config.Config, log *slog.Logger) (_ *daemon, err error) {
 			}
 		}(l)
 	}
-	log.Info("started", "version", versionString(), "rate", cfg.Limit.Rate, "burst", cfg.Limit.Burst,
-		"policies", len(cfg.Policy), "max_tags", cfg.Limit.MaxTags)
+	log.Info("started", "version", versionString(), "config", describe(path), "rate", cfg.Limit.Rate,
+		"burst", cfg.Limit.Burst, "policies", len(cfg.Policy), "max_tags", cfg.Limit.MaxTags)
 	return d, nil
+}
+
+// listen opens the configured Unix and TCP listeners.
+func (d *daemon) listen(c config.Config) error {
+	cfg, mode := c.Listen, c.UnixModeBits()
+	if cfg.Unix != "" {
+		l, unlock, err := listenUnix(cfg.Unix, mode, cfg.UnixGroup)
+		if err != nil {
+			return err
+		}
+		d.listeners, d.unlock = append(d.listeners, l), unlock
+		d.log.Info("listening", "unix", cfg.Unix, "mode", fmt.Sprintf("%#o", mode), "group", cfg.UnixGroup)
+	}
+	if cfg.TCP != "" {
+		l, err := net.Listen("tcp", cfg.TCP)
+		if err != nil {
+			return fmt.Errorf("listening on tcp %s: %w", cfg.TCP, err)
+		}
+		d.listeners = append(d.listeners, l)
+		d.log.Info("listening", "tcp", l.Addr().String())
+		if !isLoopback(l.Addr()) {
+			d.log.Warn("tcp listener is reachable from other hosts: anyone who can connect can spend tags", "tcp", l.Addr().String())
+		}
+	}
+	return nil
 }
 
 // stop stops accepting, lets every connection answer what it has read and
@@ -104,7 +131,7 @@ func start(cfg config.Config, log *slog.Logger) (_ *daemon, err error) {
 func (d *daemon) stop(ctx context.Context) error {
 	err := d.server.Shutdown(ctx)
 	if d.gossip != nil {
-		if gerr := d.gossip.Stop(ctx); gerr != nil && err == nil {
+		if gerr := d.gossip.node.Stop(ctx); gerr != nil && err == nil {
 			err = gerr
 		}
 	}
@@ -112,14 +139,31 @@ func (d *daemon) stop(ctx context.Context) error {
 	return err
 }
 
-// closeListeners closes the listeners (a Unix listener removes its socket
-// file) and then releases the socket's lock. Safe to call twice.
+// closeListeners closes the listeners (a Unix listener this process
+// created removes its socket file) and then releases the socket's lock.
+// Safe to call twice.
 func (d *daemon) closeListeners() {
 	for _, l := range d.listeners {
 		l.Close()
 	}
 	d.unlock()
 	d.unlock = func() {}
+}
+
+// healthy reports whether the table answers: every shard's lock can be
+// taken. The watchdog is fed only while it does.
+func (d *daemon) healthy() bool {
+	done := make(chan struct{})
+	go func() {
+		d.table.Stats()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(time.Second):
+		return false
+	}
 }
 
 func isLoopback(a net.Addr) bool {

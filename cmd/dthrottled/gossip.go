@@ -12,10 +12,17 @@ import (
 	"github.com/dthrottle/dthrottle/gossip"
 )
 
+// gossipRun is the running gossip: the node and, when peers are
+// configured, the unicast transport a reload gives new peers to.
+type gossipRun struct {
+	node    *gossip.Node
+	unicast *gossip.UDPTransport
+}
+
 // startGossip opens the configured transports and starts reporting the
 // table's hits to the peers and applying theirs. It returns nil when no
 // group and no peers are configured: then nothing leaves the host.
-func startGossip(cfg config.Gossip, table *bucket.Table, log *slog.Logger) (*gossip.Node, error) {
+func startGossip(cfg config.Gossip, table *bucket.Table, log *slog.Logger) (*gossipRun, error) {
 	if cfg.Group == "" && len(cfg.Peers) == 0 {
 		return nil, nil
 	}
@@ -24,6 +31,7 @@ func startGossip(cfg config.Gossip, table *bucket.Table, log *slog.Logger) (*gos
 		return nil, err
 	}
 	var ts []gossip.Transport
+	run := &gossipRun{}
 	closeAll := func() {
 		for _, t := range ts {
 			t.Close()
@@ -44,6 +52,7 @@ func startGossip(cfg config.Gossip, table *bucket.Table, log *slog.Logger) (*gos
 			return nil, fmt.Errorf("gossip unicast %s: %w", cfg.Bind, err)
 		}
 		ts = append(ts, t)
+		run.unicast = t
 		log.Info("gossip: unicast", "bind", t.LocalAddr().String(), "peers", len(cfg.Peers))
 	}
 	var drained []bucket.Hit
@@ -73,7 +82,8 @@ func startGossip(cfg config.Gossip, table *bucket.Table, log *slog.Logger) (*gos
 	log.Info("gossip: started", "node", fmt.Sprintf("%016x", node.ID()), "interval", cfg.Interval.Duration,
 		"signed", key != nil, "fingerprint", fmt.Sprintf("%016x", table.Fingerprint()))
 	node.Start()
-	return node, nil
+	run.node = node
+	return run, nil
 }
 
 // readSecret reads the HMAC key from path ("" means none). Surrounding

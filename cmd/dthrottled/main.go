@@ -1,10 +1,10 @@
 // Command dthrottled answers throttling queries from a local leaky-bucket
-// table: a client sends a tag and a newline, and reads OK or NO.
+// table: a client sends a tag and a newline, and reads OK or NO. Peers
+// share the hits they served, so a tag holds one rate across the cluster.
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -64,31 +64,97 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 
-	log := slog.New(slog.NewTextHandler(stderr, nil))
-	d, err := start(cfg, log)
+	log, level := newLogger(cfg.Log, stderr)
+	notify := notifier{log}
+	d, err := start(cfg, *path, log, level)
 	if err != nil {
 		log.Error("cannot start", "config", describe(*path), "err", err)
 		return 1
 	}
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	var exit int
-	select {
-	case sig := <-sigs:
-		log.Info("stopping", "signal", sig.String())
-	case err := <-d.failed:
-		log.Error("listener failed", "err", err)
-		exit = 1
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	var watchdog <-chan time.Time
+	if every := notify.watchdogEvery(); every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		watchdog = t.C
 	}
-	signal.Stop(sigs)
+	notify.ready()
+
+	exit := 0
+loop:
+	for {
+		select {
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				notify.reloading()
+				d.reloaded(d.reload())
+				notify.ready()
+				continue
+			}
+			log.Info("stopping", "signal", sig.String())
+			break loop
+		case <-watchdog:
+			if d.healthy() {
+				notify.watchdog()
+			} else {
+				log.Error("table not answering: not feeding the watchdog")
+			}
+		case err := <-d.failed:
+			log.Error("listener failed", "err", err)
+			exit = 1
+			break loop
+		}
+	}
+	notify.stopping()
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
-	if err := d.stop(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	if err := d.stop(ctx); err != nil {
 		log.Warn("unclean stop", "err", err)
 		exit = 1
 	}
 	log.Info("stopped")
 	return exit
+}
+
+// reloaded logs and counts the outcome of a reload.
+func (d *daemon) reloaded(err error) {
+	d.mu.Lock()
+	if err != nil {
+		d.reloadFailures++
+	} else {
+		d.reloads++
+	}
+	d.mu.Unlock()
+	if err != nil {
+		d.log.Error("reload failed: keeping the running config", "err", err)
+	}
+}
+
+// newLogger writes to w in the configured format, from the configured
+// level on; the level can change on reload.
+func newLogger(cfg config.Log, w io.Writer) (*slog.Logger, *slog.LevelVar) {
+	level := new(slog.LevelVar)
+	level.Set(logLevel(cfg.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts)), level
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), level
+}
+
+// logLevel maps a validated log.level to slog's.
+func logLevel(s string) slog.Level {
+	switch s {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
 }
 
 func describe(path string) string {

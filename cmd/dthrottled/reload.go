@@ -1,0 +1,84 @@
+package main
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/dthrottle/dthrottle/config"
+	"github.com/dthrottle/dthrottle/gossip"
+)
+
+// reload rereads the config file and applies it without losing bucket
+// state: policies, rates, bursts, max_tags, max_tag_bytes, the gossip
+// interval, secret, max_packet and peers, and the log level change live.
+// A file that fails validation changes nothing. Settings that need new
+// sockets are reported as needing a restart and keep their running value.
+func (d *daemon) reload() error {
+	if d.path == "" {
+		return fmt.Errorf("running on built-in defaults: no config file to reload")
+	}
+	next, err := config.Load(d.path)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	cur := d.cfg
+	d.mu.Unlock()
+	for _, key := range needsRestart(cur, next) {
+		d.log.Warn("reload: change needs a restart to take effect", "key", key)
+	}
+	var key []byte
+	if d.gossip != nil {
+		if key, err = readSecret(next.Gossip.SecretFile, d.log); err != nil {
+			return err
+		}
+	}
+	if err := d.table.Reconfigure(time.Now(), tableConfig(next)); err != nil {
+		return err
+	}
+	if d.gossip != nil {
+		if err := d.gossip.node.Update(gossip.Update{Interval: next.Gossip.Interval.Duration,
+			MaxPacket: next.Gossip.MaxPacket, Key: key, Fingerprint: d.table.Fingerprint()}); err != nil {
+			return err
+		}
+		if d.gossip.unicast != nil && !slices.Equal(cur.Gossip.Peers, next.Gossip.Peers) {
+			if err := d.gossip.unicast.SetPeers(next.Gossip.Peers); err != nil {
+				return err
+			}
+		}
+	}
+	d.level.Set(logLevel(next.Log.Level))
+	d.mu.Lock()
+	d.cfg = next
+	d.mu.Unlock()
+	d.log.Info("reloaded", "config", d.path, "rate", next.Limit.Rate, "burst", next.Limit.Burst,
+		"policies", len(next.Policy), "max_tags", next.Limit.MaxTags, "fingerprint", fmt.Sprintf("%016x", d.table.Fingerprint()))
+	return nil
+}
+
+// needsRestart names the settings that differ between cur and next and
+// cannot change while running: the sockets, the log format, and turning
+// gossip transports on or off.
+func needsRestart(cur, next config.Config) []string {
+	var keys []string
+	check := func(key string, a, b any) {
+		if !reflect.DeepEqual(a, b) {
+			keys = append(keys, key)
+		}
+	}
+	check("listen.unix", cur.Listen.Unix, next.Listen.Unix)
+	check("listen.unix_mode", cur.Listen.UnixMode, next.Listen.UnixMode)
+	check("listen.unix_group", cur.Listen.UnixGroup, next.Listen.UnixGroup)
+	check("listen.tcp", cur.Listen.TCP, next.Listen.TCP)
+	check("listen.max_conns", cur.Listen.MaxConns, next.Listen.MaxConns)
+	check("gossip.group", cur.Gossip.Group, next.Gossip.Group)
+	check("gossip.interface", cur.Gossip.Interface, next.Gossip.Interface)
+	check("gossip.ttl", cur.Gossip.TTL, next.Gossip.TTL)
+	check("gossip.bind", cur.Gossip.Bind, next.Gossip.Bind)
+	check("gossip.peers (on or off)", len(cur.Gossip.Peers) > 0, len(next.Gossip.Peers) > 0)
+	check("admin.http", cur.Admin.HTTP, next.Admin.HTTP)
+	check("log.format", cur.Log.Format, next.Log.Format)
+	return keys
+}
