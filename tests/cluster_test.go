@@ -174,7 +174,7 @@ func TestClusterWrongSecret(t *testing.T) {
 		return p
 	}
 	good, wrong := secret("good", "correct horse battery staple"), secret("wrong", "not the cluster's secret")
-	gossip := "interval = \"200ms\"\ngroup = \"239.255.77.77:7777\"\nsecret_file = %q\n"
+	gossip := "interval = \"200ms\"\ngroup = \"239.255.77.77:7777\"\nsecret_file = %q\n[admin]\nhttp = \"127.0.0.1:0\"\n"
 	a, b := startNode(t, fmt.Sprintf(gossip, good)), startNode(t, fmt.Sprintf(gossip, good))
 	intruder := startNode(t, fmt.Sprintf(gossip, wrong))
 	checkConverged(t, a, []*daemon{b}, 5*time.Second)
@@ -188,6 +188,18 @@ func TestClusterWrongSecret(t *testing.T) {
 	a.awaitLog(t, "without a valid signature")
 	if !ask(t, a.sock, "forged") || !ask(t, b.sock, "forged") {
 		t.Fatal("the cluster applied a report signed with the wrong secret")
+	}
+	// The counters and the peers view show it.
+	fams := scrape(t, a.adminAddr(t))
+	if got := metric(t, fams, "dthrottle_gossip_packets_dropped_total", "reason=auth"); got < 1 {
+		t.Errorf("auth drops counted on a: %v", got)
+	}
+	if got := metric(t, fams, "dthrottle_gossip_peers"); got != 1 {
+		t.Errorf("a hears %v peers, want 1 (b; not the intruder)", got)
+	}
+	code, body := httpDo(t, "GET", "http://"+a.adminAddr(t)+"/v1/peers")
+	if code != 200 || strings.Count(body, `"node"`) != 1 || !strings.Contains(body, `"fingerprint_match":true`) {
+		t.Errorf("/v1/peers on a: %d %s", code, body)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dthrottle/dthrottle/admin"
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/config"
 	"github.com/dthrottle/dthrottle/protocol"
@@ -22,7 +23,8 @@ type daemon struct {
 	started   time.Time
 	table     *bucket.Table
 	server    *protocol.Server
-	gossip    *gossipRun // nil when no group and no peers are configured
+	gossip    *gossipRun    // nil when no group and no peers are configured
+	admin     *admin.Server // nil unless admin.http is set
 	listeners []net.Listener
 	unlock    func() // releases the Unix socket's lock file
 	failed    chan error
@@ -88,6 +90,12 @@ func start(cfg config.Config, path string, log *slog.Logger, level *slog.LevelVa
 		return nil, err
 	}
 	d.server = protocol.NewServer(decider{table}, protocol.Config{MaxConns: cfg.Listen.MaxConns, Logger: log})
+	if err := d.startAdmin(cfg.Admin.HTTP); err != nil {
+		if d.gossip != nil {
+			d.gossip.node.Stop(context.Background())
+		}
+		return nil, err
+	}
 	for _, l := range d.listeners {
 		go func(l net.Listener) {
 			if err := d.server.Serve(l); err != nil {
@@ -136,6 +144,9 @@ func (d *daemon) stop(ctx context.Context) error {
 		}
 	}
 	d.closeListeners()
+	if d.admin != nil {
+		d.admin.Close()
+	}
 	return err
 }
 

@@ -1,0 +1,88 @@
+// Package admin serves dthrottled's HTTP admin endpoint: Prometheus
+// metrics, a health check, the gossip peers view, counters as JSON, and the
+// state of one tag, which it can also forget.
+//
+// It knows nothing of the tag table, the query server or gossip: it reads
+// the daemon through the functions in Sources, and cmd/dthrottled adapts
+// those packages to them.
+//
+// # Endpoints
+//
+// Every endpoint answers GET and HEAD; /v1/tags/{tag} also DELETE. Any
+// other method gets 405 with an Allow header, an unknown path 404. Errors
+// are JSON: {"error":"..."}.
+//
+//   - /metrics: Prometheus text format (below).
+//   - /healthz: 200 with {"status":"ok","peers":2,"seconds_since_report":0.4};
+//     seconds_since_report (since the last gossip report was sent) is
+//     omitted when gossip is off or before the first report.
+//   - /v1/stats: the counters of Snapshot. queries.ok and queries.no are
+//     sums over the policies; queries.total also counts empty tags, which
+//     are answered OK without a policy, so ok+no may be less than total.
+//     With gossip off, gossip.enabled is false and its other fields are
+//     zero.
+//   - /v1/peers: the gossip peers table as a JSON array, empty when gossip
+//     is off. Node ids are 16 hex digits; times are RFC 3339 in UTC.
+//   - GET /v1/tags/{tag}: the tag's bucket: tracked, policy, action, rate,
+//     burst, tokens, debt (the tokens below zero, owed to peers' hits) and
+//     unreported hits. An untracked tag shows the full bucket of its policy.
+//   - DELETE /v1/tags/{tag}: forgets the tag here, with its unreported hits,
+//     and says whether it was tracked. Peers are NOT told: the hits this
+//     node already reported stay applied on them, and its unreported hits
+//     are never sent. To reset a tag across a cluster, delete it on every
+//     node.
+//
+// The tag is the rest of the path, percent-decoded: /v1/tags/a/b and
+// /v1/tags/a%2Fb both name the tag "a/b". Clients should escape tags with
+// url.PathEscape. Empty and dot segments ("a//b", "a/../b") are taken
+// verbatim too, never redirected to a cleaned path (which would name another
+// tag), but many clients, curl among them, remove dot segments before
+// sending: escape those. A tag or key that is not valid UTF-8 (a tag over
+// max_tag_bytes is keyed by a digest that ends in raw bytes) is shown with
+// each invalid byte as \xNN.
+//
+// # Metrics
+//
+// Each scrape reads one Snapshot. Besides the Go runtime (go_*) and process
+// (process_*) collectors, a Server's own registry (never the global one)
+// serves:
+//
+//	dthrottle_build_info{version}                  gauge, always 1
+//	dthrottle_start_time_seconds                   gauge
+//	dthrottle_queries_total{result="ok|no"}        queries decided by a policy
+//	dthrottle_policy_queries_total{policy,result}  the same per policy
+//	dthrottle_requests_total                       all requests, empty tags included
+//	dthrottle_lines_too_long_total
+//	dthrottle_tags                                 gauge
+//	dthrottle_evictions_total
+//	dthrottle_evicted_hits_total
+//	dthrottle_connections                          gauge, active
+//	dthrottle_connections_accepted_total
+//	dthrottle_connections_rejected_total
+//	dthrottle_config_reloads_total
+//	dthrottle_config_reload_failures_total
+//
+// and, only while gossip is enabled (a disabled feature exports no series,
+// so alerts on peers or loss stay quiet on a standalone node):
+//
+//	dthrottle_gossip_packets_sent_total
+//	dthrottle_gossip_bytes_sent_total
+//	dthrottle_gossip_packets_received_total
+//	dthrottle_gossip_bytes_received_total
+//	dthrottle_gossip_packets_dropped_total{reason="auth|malformed|version|duplicate"}
+//	dthrottle_gossip_own_packets_total             own datagrams heard back
+//	dthrottle_gossip_packets_lost_total            sequence gaps, in datagrams
+//	dthrottle_gossip_fingerprint_mismatches_total
+//	dthrottle_gossip_peers                         gauge
+//	dthrottle_gossip_report_duration_seconds       gauge, the last report (after the first)
+//	dthrottle_gossip_last_report_timestamp_seconds gauge (after the first report)
+//
+// # Exposure
+//
+// The server listens on the configured address only. Tag data and DELETE
+// need no credentials, so the address should be a loopback one (the example
+// configuration binds 127.0.0.1); any other address, or an empty host, is
+// logged as a warning at start ("admin endpoint reachable from other
+// hosts"). Reaching it from elsewhere is left to a reverse proxy that
+// authenticates.
+package admin

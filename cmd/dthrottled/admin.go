@@ -1,0 +1,102 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dthrottle/dthrottle/admin"
+	"github.com/dthrottle/dthrottle/bucket"
+)
+
+// startAdmin serves the admin endpoint on cfg.Admin.HTTP, when set.
+func (d *daemon) startAdmin(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	srv, err := admin.New(admin.Config{Addr: addr, Logger: d.log}, admin.Sources{
+		Snapshot: d.snapshot,
+		Peers:    d.peers,
+		Tag:      d.tagView,
+		Forget:   func(tag string) bool { return d.table.Forget(d.table.Key([]byte(tag))) },
+	})
+	if err != nil {
+		return err
+	}
+	d.admin = srv
+	d.log.Info("admin endpoint", "http", srv.Addr().String())
+	go func() {
+		if err := srv.Serve(); err != nil {
+			d.failed <- fmt.Errorf("admin endpoint: %w", err)
+		}
+	}()
+	return nil
+}
+
+// snapshot gathers the counters the admin endpoint serves.
+func (d *daemon) snapshot() admin.Snapshot {
+	ts := d.table.Stats()
+	ss := d.server.Stats()
+	d.mu.Lock()
+	reloads, failures := d.reloads, d.reloadFailures
+	d.mu.Unlock()
+	s := admin.Snapshot{
+		Version:        versionString(),
+		Started:        d.started,
+		Tags:           ts.Tags,
+		Evictions:      ts.Evictions,
+		EvictedHits:    ts.EvictedHits,
+		Connections:    admin.Connections{Active: ss.Active, Accepted: ss.Accepted, Rejected: ss.Rejected},
+		Queries:        admin.Queries{Total: ss.Queries, LineTooLong: ss.LineTooLong},
+		Reloads:        reloads,
+		ReloadFailures: failures,
+	}
+	for _, p := range d.table.PolicyStats() {
+		s.Policies = append(s.Policies, admin.PolicyCounts{Name: p.Name, Action: p.Action.String(), OK: p.OK, NO: p.NO})
+	}
+	if d.gossip != nil {
+		n := d.gossip.node
+		gs := n.Stats()
+		s.Gossip = admin.Gossip{
+			Enabled: true, Node: n.ID(),
+			PacketsSent: gs.PacketsSent, BytesSent: gs.BytesSent,
+			PacketsReceived: gs.PacketsReceived, BytesReceived: gs.BytesReceived,
+			Dropped: admin.Dropped{Auth: gs.DroppedAuth, Malformed: gs.DroppedMalformed,
+				Version: gs.DroppedVersion, Duplicate: gs.DroppedDuplicate},
+			Own: gs.Own, Lost: gs.Lost, FingerprintMismatch: gs.FingerprintMismatch,
+			LastReport: gs.LastReport, LastReportDuration: gs.LastReportDuration,
+		}
+		for _, p := range n.Peers() {
+			if !p.Silent {
+				s.Gossip.Peers++
+			}
+		}
+	}
+	return s
+}
+
+// peers is the gossip peers view, nil when gossip is off.
+func (d *daemon) peers() []admin.Peer {
+	if d.gossip == nil {
+		return nil
+	}
+	var out []admin.Peer
+	for _, p := range d.gossip.node.Peers() {
+		out = append(out, admin.Peer{Node: p.Node, Addr: p.Addr, FirstHeard: p.FirstHeard, LastHeard: p.LastHeard,
+			Packets: p.Packets, Hits: p.Hits, Lost: p.Lost, Duplicates: p.Duplicates,
+			FingerprintMatch: p.FingerprintMatch, Silent: p.Silent})
+	}
+	return out
+}
+
+// tagView is one tag's state now; an untracked tag is a full bucket of the
+// policy it falls under.
+func (d *daemon) tagView(tag string) admin.TagView {
+	key := d.table.Key([]byte(tag))
+	st, err := d.table.Peek(time.Now(), key)
+	if err != nil && !errors.Is(err, bucket.ErrUnknownTag) {
+		d.log.Warn("admin: reading a tag", "err", err)
+	}
+	return admin.TagView{Key: key, Tracked: st.Tracked, Policy: st.Policy.Name, Action: st.Policy.Action.String(),
+		Rate: st.Policy.Rate, Burst: st.Policy.Burst, Tokens: st.Tokens, Unreported: uint64(st.Unreported)}
+}
