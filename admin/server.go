@@ -60,8 +60,29 @@ func New(cfg Config, src Sources) (*Server, error) {
 		return nil, fmt.Errorf("admin: listening on %s: %w", cfg.Addr, err)
 	}
 	s.ln = ln
+	if a, ok := ln.Addr().(*net.TCPAddr); ok && a.IP.IsLoopback() {
+		s.srv.Handler = loopbackHostsOnly(s.handler)
+	}
 	warnIfExposed(s.log, ln.Addr())
 	return s, nil
+}
+
+// loopbackHostsOnly refuses requests that name a host other than a
+// loopback one. On a loopback address that keeps a web page the operator's
+// browser visits from reaching the endpoint through a name that resolves
+// to 127.0.0.1 (DNS rebinding).
+func loopbackHostsOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hp, _, err := net.SplitHostPort(r.Host); err == nil {
+			host = hp
+		}
+		if ip := net.ParseIP(strings.Trim(host, "[]")); !(host == "localhost" || ip != nil && ip.IsLoopback()) {
+			writeError(w, http.StatusForbidden, "host not allowed: use a loopback address or localhost")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // warnIfExposed logs a warning when addr is not a loopback address: the

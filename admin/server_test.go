@@ -224,3 +224,27 @@ func TestNewLoopbackQuiet(t *testing.T) {
 		t.Errorf("logged:\n%s", logs.String())
 	}
 }
+
+// TestLoopbackHostsOnly: on a loopback address, a request naming another
+// host (as a DNS-rebound page would) is refused.
+func TestLoopbackHostsOnly(t *testing.T) {
+	s := start(t, newFake().sources(), nil)
+	for host, want := range map[string]int{
+		s.Addr().String():        http.StatusOK,
+		"localhost:7071":         http.StatusOK,
+		"[::1]:7071":             http.StatusOK,
+		"evil.example:7071":      http.StatusForbidden,
+		"127.0.0.1.evil.example": http.StatusForbidden,
+	} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+s.Addr().String()+"/healthz", nil)
+		req.Host = host
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("Host %q: %d, want %d", host, res.StatusCode, want)
+		}
+	}
+}
