@@ -69,7 +69,7 @@
 //	dthrottle_gossip_bytes_sent_total
 //	dthrottle_gossip_packets_received_total
 //	dthrottle_gossip_bytes_received_total
-//	dthrottle_gossip_packets_dropped_total{reason="auth|malformed|version|duplicate"}
+//	dthrottle_gossip_packets_dropped_total{reason="auth|malformed|version|duplicate|stale"}
 //	dthrottle_gossip_own_packets_total             own datagrams heard back
 //	dthrottle_gossip_packets_lost_total            sequence gaps, in datagrams
 //	dthrottle_gossip_fingerprint_mismatches_total

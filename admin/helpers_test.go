@@ -38,7 +38,7 @@ func fakeSnapshot() Snapshot {
 			BytesSent:           1100,
 			PacketsReceived:     22,
 			BytesReceived:       2200,
-			Dropped:             Dropped{Auth: 3, Malformed: 4, Version: 5, Duplicate: 6},
+			Dropped:             Dropped{Auth: 3, Malformed: 4, Version: 5, Duplicate: 6, Stale: 14},
 			Own:                 8,
 			Lost:                9,
 			FingerprintMismatch: 13,

@@ -90,6 +90,7 @@ type gossipJSON struct {
 		Malformed uint64 `json:"malformed"`
 		Version   uint64 `json:"version"`
 		Duplicate uint64 `json:"duplicate"`
+		Stale     uint64 `json:"stale"`
 	} `json:"dropped"`
 	Lost                uint64 `json:"lost"`
 	FingerprintMismatch uint64 `json:"fingerprint_mismatch"`
@@ -173,6 +174,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		out.Gossip.Dropped.Malformed = g.Dropped.Malformed
 		out.Gossip.Dropped.Version = g.Dropped.Version
 		out.Gossip.Dropped.Duplicate = g.Dropped.Duplicate
+		out.Gossip.Dropped.Stale = g.Dropped.Stale
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -46,7 +46,7 @@ func TestStats(t *testing.T) {
 		`"queries":{"total":100,"ok":90,"no":10,"line_too_long":2},`+
 		`"policies":[{"name":"default","action":"limit","ok":60,"no":8},{"name":"login","action":"limit","ok":30,"no":2}],`+
 		`"gossip":{"enabled":true,"node":"9f86d081884c7d65","packets_sent":11,"bytes_sent":1100,"packets_received":22,"bytes_received":2200,`+
-		`"dropped":{"auth":3,"malformed":4,"version":5,"duplicate":6},"lost":9,"fingerprint_mismatch":13,"peers":2}}`)
+		`"dropped":{"auth":3,"malformed":4,"version":5,"duplicate":6,"stale":14},"lost":9,"fingerprint_mismatch":13,"peers":2}}`)
 
 	// Gossip off, no policies, empty tags only: the same shape, zeroed.
 	f.snap = Snapshot{Version: "dev", Queries: Queries{Total: 4}, Gossip: Gossip{Node: 1, Peers: 3}}
@@ -55,7 +55,7 @@ func TestStats(t *testing.T) {
 		`"connections":{"active":0,"accepted":0,"rejected":0},`+
 		`"queries":{"total":4,"ok":0,"no":0,"line_too_long":0},"policies":[],`+
 		`"gossip":{"enabled":false,"node":"","packets_sent":0,"bytes_sent":0,"packets_received":0,"bytes_received":0,`+
-		`"dropped":{"auth":0,"malformed":0,"version":0,"duplicate":0},"lost":0,"fingerprint_mismatch":0,"peers":0}}`)
+		`"dropped":{"auth":0,"malformed":0,"version":0,"duplicate":0,"stale":0},"lost":0,"fingerprint_mismatch":0,"peers":0}}`)
 }
 
 func TestPeers(t *testing.T) {

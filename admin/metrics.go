@@ -63,7 +63,7 @@ func newCollector(snapshot func() Snapshot) *collector {
 		bytesSent:       newFamily("gossip_bytes_sent_total", "Bytes of datagrams sent to peers.", counter),
 		packetsReceived: newFamily("gossip_packets_received_total", "Datagrams accepted from peers.", counter),
 		bytesReceived:   newFamily("gossip_bytes_received_total", "Bytes of datagrams accepted from peers.", counter),
-		dropped:         newFamily("gossip_packets_dropped_total", "Datagrams dropped, by reason: auth (no valid MAC), malformed, version (another format), duplicate.", counter, "reason"),
+		dropped:         newFamily("gossip_packets_dropped_total", "Datagrams dropped, by reason: auth (no valid MAC), malformed, version (another format), duplicate, stale (sent before this process started, or too long ago).", counter, "reason"),
 		own:             newFamily("gossip_own_packets_total", "This node's own datagrams heard back and ignored.", counter),
 		lost:            newFamily("gossip_packets_lost_total", "Datagrams missing from peers' sequence numbers, less those that arrived late: the hits they carried were never applied.", counter),
 		mismatches:      newFamily("gossip_fingerprint_mismatches_total", "Datagrams from peers whose policies differ from this node's.", counter),
@@ -151,6 +151,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	emit(c.dropped, float64(g.Dropped.Malformed), "malformed")
 	emit(c.dropped, float64(g.Dropped.Version), "version")
 	emit(c.dropped, float64(g.Dropped.Duplicate), "duplicate")
+	emit(c.dropped, float64(g.Dropped.Stale), "stale")
 	emit(c.own, float64(g.Own))
 	emit(c.lost, float64(g.Lost))
 	emit(c.mismatches, float64(g.FingerprintMismatch))

@@ -105,6 +105,7 @@ func TestMetricsValues(t *testing.T) {
 		{"dthrottle_gossip_packets_dropped_total", "reason=malformed", counter, 4},
 		{"dthrottle_gossip_packets_dropped_total", "reason=version", counter, 5},
 		{"dthrottle_gossip_packets_dropped_total", "reason=duplicate", counter, 6},
+		{"dthrottle_gossip_packets_dropped_total", "reason=stale", counter, 14},
 		{"dthrottle_gossip_own_packets_total", "", counter, 8},
 		{"dthrottle_gossip_packets_lost_total", "", counter, 9},
 		{"dthrottle_gossip_fingerprint_mismatches_total", "", counter, 13},

@@ -110,6 +110,7 @@ type Dropped struct {
 	Malformed uint64
 	Version   uint64 // another format version
 	Duplicate uint64 // seen before, or too old to tell
+	Stale     uint64 // sent before this process started, or too long ago
 }
 
 // Peer is what the gossip node knows of one peer. It is a plain value,

@@ -34,6 +34,11 @@ type Config struct {
 	// silent. Default 3 intervals, at least 1s more than one interval; an
 	// Update of the interval resets it to that default.
 	SilentAfter time.Duration
+	// Since is the earliest send time accepted: a datagram sent before it
+	// is dropped as stale. Zero means the time NewNode is called, so a
+	// restarted node never applies a datagram its former self may have
+	// applied already (see Receive).
+	Since time.Time
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -49,6 +54,7 @@ type Stats struct {
 	DroppedMalformed               uint64
 	DroppedVersion                 uint64
 	DroppedDuplicate               uint64
+	DroppedStale                   uint64 // sent before Since, or too long ago
 	Own                            uint64 // our own datagrams heard back
 	Lost                           uint64 // datagrams missing from peers' sequences
 	FingerprintMismatch            uint64 // datagrams from peers with other policies
@@ -104,6 +110,9 @@ func NewNode(cfg Config, t Transport) (*Node, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Since.IsZero() {
+		cfg.Since = time.Now()
 	}
 	id, err := randomID()
 	if err != nil {
@@ -181,6 +190,16 @@ func (n *Node) Report(now time.Time) error {
 
 // Receive checks one datagram and applies its hits if it is a new one
 // from a peer.
+//
+// A datagram is applied at most once. The sequence window drops a
+// duplicate or replay from a peer the node tracks. Two more rules cover
+// the peers it does not track: a datagram sent before the node started
+// (Config.Since) is stale, so a restarted node never applies what its
+// former self may have applied; and one sent longer ago than the node
+// remembers silent peers (100 silence timeouts) is stale too, so a
+// forgotten peer's datagrams cannot be replayed. Both compare the sender's
+// clock with ours: a peer whose clock is behind by d loses its datagrams
+// for the first d after we start, which is why clocks should be synced.
 func (n *Node) Receive(p Packet) {
 	n.mu.Lock()
 	key, ours := n.cfg.Key, n.cfg.Fingerprint
@@ -206,6 +225,11 @@ func (n *Node) Receive(p Packet) {
 	}
 	if msg.Node == n.id {
 		n.stats.Own++
+		n.mu.Unlock()
+		return
+	}
+	if msg.Sent.Before(n.cfg.Since) || p.At.Sub(msg.Sent) > 100*n.cfg.SilentAfter {
+		n.stats.DroppedStale++
 		n.mu.Unlock()
 		return
 	}

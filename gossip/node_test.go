@@ -72,6 +72,7 @@ func newTestNode(t *testing.T, net *MemNetwork, name string, key []byte, fingerp
 	t.Helper()
 	tn := &testNode{tr: net.Join(name), log: &syncBuffer{}, applied: map[string]uint32{}}
 	n, err := NewNode(Config{
+		Since:       simT0,
 		Interval:    time.Second,
 		Key:         key,
 		Fingerprint: fingerprint,
@@ -263,5 +264,51 @@ func TestNodeUpdate(t *testing.T) {
 	peers := b.Peers()
 	if len(peers) != 1 || peers[0].Node != a.ID() || !peers[0].FingerprintMatch || peers[0].Lost != 0 {
 		t.Fatalf("peers after update: %+v (want a's id, matching fingerprint, the sequence carried on)", peers)
+	}
+}
+
+// TestReplayAfterRestart: a datagram a node applied is never applied again
+// by the node restarted (it has no memory of sequence numbers, so the
+// send time decides), nor by any node once it is older than the peers
+// table remembers.
+func TestReplayAfterRestart(t *testing.T) {
+	now := simT0
+	net := NewMemNetwork(MemConfig{Seed: 9}, func() time.Time { return now })
+	key := []byte("0123456789abcdef")
+	a := newTestNode(t, net, "a", key, 1)
+	b := newTestNode(t, net, "b", key, 1)
+	tap := net.Join("tap")
+	a.serve("x", 4)
+	a.Report(now)
+	net.Deliver(now)
+	b.receiveAll()
+	captured := (<-tap.Packets()).Data
+	if b.applied["x"] != 4 {
+		t.Fatalf("b applied %v", b.applied)
+	}
+	// b restarts a second later: a new node, started after the datagram
+	// was sent.
+	now = now.Add(time.Second)
+	b2 := newTestNode(t, NewMemNetwork(MemConfig{}, nil), "b2", key, 1)
+	b2.cfg.Since = now
+	b2.Receive(Packet{Data: captured, From: "replayer", At: now})
+	if b2.applied["x"] != 0 || b2.Stats().DroppedStale != 1 {
+		t.Fatalf("restarted node applied a replay: applied %v, stats %+v", b2.applied, b2.Stats())
+	}
+	// A node that never saw it, much later: too old to be applied.
+	c := newTestNode(t, NewMemNetwork(MemConfig{}, nil), "c", key, 1)
+	c.Receive(Packet{Data: captured, From: "replayer", At: simT0.Add(time.Hour)})
+	if c.applied["x"] != 0 || c.Stats().DroppedStale != 1 {
+		t.Fatalf("an hour-old datagram applied: %v %+v", c.applied, c.Stats())
+	}
+	// Fresh from a's next report, the restarted node takes it.
+	a.serve("y", 1)
+	a.Report(now)
+	var fresh []byte
+	net.Deliver(now)
+	fresh = (<-tap.Packets()).Data
+	b2.Receive(Packet{Data: fresh, From: "a", At: now})
+	if b2.applied["y"] != 1 {
+		t.Fatalf("restarted node dropped a fresh datagram: %v %+v", b2.applied, b2.Stats())
 	}
 }

@@ -46,6 +46,7 @@ func newSim(t *testing.T, n int, pol bucket.Policy, interval time.Duration, mc M
 		sn.table = tb
 		sn.tr = s.net.Join(sn.name)
 		sn.node, err = NewNode(Config{
+			Since:       simT0,
 			Interval:    interval,
 			Fingerprint: tb.Fingerprint(),
 			Drain: func(dst []Hit) []Hit {

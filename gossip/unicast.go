@@ -158,7 +158,6 @@ func (t *UDPTransport) resolveEvery(every time.Duration) {
 	}
 }
 
-
 // SetPeers replaces the unicast peers, as a reload does, and looks their
 // names up at once. On error the peers are unchanged.
 func (t *UDPTransport) SetPeers(specs []string) error {

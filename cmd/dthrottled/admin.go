@@ -62,7 +62,7 @@ func (d *daemon) snapshot() admin.Snapshot {
 			PacketsSent: gs.PacketsSent, BytesSent: gs.BytesSent,
 			PacketsReceived: gs.PacketsReceived, BytesReceived: gs.BytesReceived,
 			Dropped: admin.Dropped{Auth: gs.DroppedAuth, Malformed: gs.DroppedMalformed,
-				Version: gs.DroppedVersion, Duplicate: gs.DroppedDuplicate},
+				Version: gs.DroppedVersion, Duplicate: gs.DroppedDuplicate, Stale: gs.DroppedStale},
 			Own: gs.Own, Lost: gs.Lost, FingerprintMismatch: gs.FingerprintMismatch,
 			LastReport: gs.LastReport, LastReportDuration: gs.LastReportDuration,
 		}
