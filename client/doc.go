@@ -1,0 +1,51 @@
+// Package client asks a dthrottled whether a request should be served, and
+// stays safe when the daemon is slow, hung or gone.
+//
+// A [Client] holds a small pool of connections (one by default) to one
+// daemon, over Unix or TCP. Concurrent calls to [Client.Allow] are
+// pipelined onto them: each connection has one writer goroutine, which
+// sends every query queued since its last write in one syscall, and one
+// reader goroutine, which hands each reply to the oldest waiting query (a
+// FIFO per connection, as the protocol answers in request order).
+//
+// # Failing safe
+//
+// Every query is bounded by [Config.Timeout] (5 ms by default), dialing
+// included. When the daemon cannot answer in time, or at all, Allow answers
+// with the [FailMode]: [FailOpen] (the default, as the original design
+// advises: serve the request) or [FailClosed], and returns the error beside
+// the answer, so a caller may ignore the error and still be safe.
+//
+// After a failure (a dial error, a timeout, a connection closed or broken,
+// a reply that is not OK or NO) the client backs off: for
+// [Config.MinBackoff], doubling with each consecutive failure up to
+// [Config.MaxBackoff], every query is answered by the fail mode at once,
+// with [ErrBackoff], without dialing or writing. When the backoff ends, one
+// query probes the daemon (redialing if needed) while the others keep
+// failing fast; its answer ends the backoff, its failure doubles it.
+// Connections are redialed on demand: there is nothing to restart.
+//
+// # Keeping replies in step
+//
+// A query that times out discards its connection: the daemon is not
+// answering, and a late reply must never reach the next waiter. Every query
+// still waiting on that connection fails at once with the same error (they
+// were behind the silent one). A query whose context ends first (the caller
+// gave up, which says nothing about the daemon) keeps its place in the
+// FIFO: its reply, when it comes, is read and dropped; unless the oldest
+// query on that connection has by then waited longer than Timeout, in
+// which case the connection is treated as timed out, so that callers with
+// short deadlines cannot hide a hung daemon.
+//
+// # Counters
+//
+// [Client.Stats] reports answers (OK, NO), timeouts, errors, canceled
+// queries, queries answered during a backoff, fail-open and fail-closed
+// decisions, dials and reconnects.
+//
+// # HTTP
+//
+// [Handler] (and [Client.Middleware]) wraps a net/http handler: each
+// request's tag comes from a function of the request; a refused request is
+// answered 429 Too Many Requests with a Retry-After header.
+package client

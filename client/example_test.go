@@ -1,0 +1,37 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+
+	"github.com/dthrottle/dthrottle/client"
+)
+
+// Throttle an HTTP server by client address: refused requests get 429 with
+// Retry-After: 1; if dthrottled is down, requests are served.
+func ExampleClient_Middleware() {
+	c, err := client.New(client.Config{Address: "/run/dthrottle/dthrottle.sock"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello\n") })
+	http.Handle("/", c.Middleware(client.RemoteIP)(app))
+	// log.Fatal(http.ListenAndServe(":8080", nil))
+}
+
+// Ask about one tag. On error the answer is the fail mode's (true: fail
+// open), so it is safe to use as it is.
+func ExampleClient_Allow() {
+	c, err := client.New(client.Config{Address: "/run/dthrottle/dthrottle.sock"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	if ok, _ := c.Allow(context.Background(), "login:alice"); !ok {
+		fmt.Println("too many logins for alice: try later")
+	}
+}

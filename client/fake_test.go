@@ -1,0 +1,191 @@
+package client
+
+import (
+	"bufio"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeDaemon is a hand-written stand-in for dthrottled on a Unix socket:
+// each connection is served by behave, which reads requests and decides
+// what (if anything) to write.
+type fakeDaemon struct {
+	path    string
+	l       net.Listener
+	accepts atomic.Int64
+	conns   sync.WaitGroup
+	mu      sync.Mutex
+	open    []net.Conn
+}
+
+// behavior serves one connection of a fakeDaemon.
+type behavior func(c net.Conn, r *bufio.Reader)
+
+// sockPath returns a short socket path in a fresh temp dir (t.TempDir's
+// paths can outgrow the 108 bytes a Unix socket path may have).
+func sockPath(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "dtc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, "s")
+}
+
+// startFake serves behave on path until the test ends.
+func startFake(t testing.TB, path string, behave behavior) *fakeDaemon {
+	t.Helper()
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeDaemon{path: path, l: l}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			f.accepts.Add(1)
+			f.mu.Lock()
+			f.open = append(f.open, c)
+			f.mu.Unlock()
+			f.conns.Add(1)
+			go func() {
+				defer f.conns.Done()
+				defer c.Close()
+				behave(c, bufio.NewReader(c))
+			}()
+		}
+	}()
+	t.Cleanup(f.stop)
+	return f
+}
+
+// stop closes the listener and every connection, and waits for them.
+// Safe to call twice.
+func (f *fakeDaemon) stop() {
+	f.l.Close()
+	f.mu.Lock()
+	for _, c := range f.open {
+		c.Close()
+	}
+	f.mu.Unlock()
+	f.conns.Wait()
+}
+
+// answer is the well-behaved daemon: a tag starting with "no" gets NO,
+// any other OK. Replies to everything read together go in one write.
+func answer(c net.Conn, r *bufio.Reader) {
+	var out []byte
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		if strings.HasPrefix(line, "no") {
+			out = append(out, "NO\n"...)
+		} else {
+			out = append(out, "OK\n"...)
+		}
+		if r.Buffered() == 0 {
+			if _, err := c.Write(out); err != nil {
+				return
+			}
+			out = out[:0]
+		}
+	}
+}
+
+// hang reads requests and never answers.
+func hang(c net.Conn, r *bufio.Reader) {
+	for {
+		if _, err := r.ReadString('\n'); err != nil {
+			return
+		}
+	}
+}
+
+// gated answers like answer, but each reply waits for a value on release;
+// every request read is announced on got.
+type gated struct {
+	got     chan string
+	release chan struct{}
+	wrote   chan error // the result of each reply's write
+}
+
+func newGated() *gated {
+	return &gated{got: make(chan string, 100), release: make(chan struct{}, 100), wrote: make(chan error, 100)}
+}
+
+func (g *gated) serve(c net.Conn, r *bufio.Reader) {
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		g.got <- strings.TrimSuffix(line, "\n")
+		<-g.release
+		rep := "OK\n"
+		if strings.HasPrefix(line, "no") {
+			rep = "NO\n"
+		}
+		_, err = c.Write([]byte(rep))
+		g.wrote <- err
+	}
+}
+
+// fakeClock is a clock tests step by hand. Safe for concurrent use.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) step(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// newTestClient returns a Client on path with cfg's other fields, stepped
+// by clk when clk is not nil, closed when the test ends.
+func newTestClient(t testing.TB, path string, cfg Config, clk *fakeClock) *Client {
+	t.Helper()
+	cfg.Address = path
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if clk != nil {
+		c.health.now = clk.now
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// recv returns the next value of ch, failing the test after 10 s.
+func recv[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %s within 10s", what)
+		panic("unreachable")
+	}
+}

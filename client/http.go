@@ -1,0 +1,67 @@
+package client
+
+import (
+	"net"
+	"net/http"
+)
+
+// Handler is net/http middleware: it asks the Client about each request's
+// tag and serves the request with Next, or answers 429 Too Many Requests
+// with a Retry-After header. When the daemon cannot answer, the Client's
+// fail mode decides. Fields must not change while it serves; it is then
+// safe for concurrent use. Client, Tag and Next are required.
+type Handler struct {
+	Client *Client
+	// Tag returns a request's throttling tag, for example RemoteIP, or
+	// "api:" plus an API key. A request whose tag is "" is served
+	// unthrottled.
+	Tag func(*http.Request) string
+	// Next serves the requests that are allowed.
+	Next http.Handler
+	// RetryAfter is the Retry-After header of a 429, in seconds. "" means
+	// "1": a bucket refilling at one token per second or faster has a
+	// token again by then.
+	RetryAfter string
+	// Refused, if not nil, answers refused requests instead of the plain
+	// 429; it should set the status and Retry-After itself.
+	Refused http.Handler
+}
+
+// ServeHTTP implements http.Handler. The query uses the request's context:
+// a request canceled by its client fails open (or closed) at once.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if ok, _ := h.Client.Allow(r.Context(), h.Tag(r)); ok {
+		h.Next.ServeHTTP(w, r)
+		return
+	}
+	if h.Refused != nil {
+		h.Refused.ServeHTTP(w, r)
+		return
+	}
+	ra := h.RetryAfter
+	if ra == "" {
+		ra = "1"
+	}
+	w.Header().Set("Retry-After", ra)
+	http.Error(w, "429 too many requests", http.StatusTooManyRequests)
+}
+
+// Middleware returns a function wrapping a handler in a Handler that tags
+// requests with tag and answers 429 with "Retry-After: 1" when refused.
+func (c *Client) Middleware(tag func(*http.Request) string) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return &Handler{Client: c, Tag: tag, Next: next}
+	}
+}
+
+// RemoteIP returns the address of the request's peer without its port:
+// the tag for throttling by client address when clients connect directly.
+// Behind a proxy, use the address the proxy reports instead, from a header
+// only the proxy can set.
+func RemoteIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
