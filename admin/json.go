@@ -5,105 +5,17 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 	"unicode/utf8"
+
+	"github.com/dthrottle/dthrottle/admin/api"
 )
 
-// The JSON documents served, field for field. Exported types above carry
-// the data; these carry the wire names, so that the two can change apart.
-
-type healthJSON struct {
-	Status string `json:"status"`
-	Peers  int    `json:"peers"`
-	// SecondsSinceReport is omitted when gossip is off or before the first report.
-	SecondsSinceReport *float64 `json:"seconds_since_report,omitempty"`
-}
-
-type peerJSON struct {
-	Node             string `json:"node"`
-	Addr             string `json:"addr"`
-	FirstHeard       string `json:"first_heard"`
-	LastHeard        string `json:"last_heard"`
-	Packets          uint64 `json:"packets"`
-	Hits             uint64 `json:"hits"`
-	Lost             uint64 `json:"lost"`
-	Duplicates       uint64 `json:"duplicates"`
-	FingerprintMatch bool   `json:"fingerprint_match"`
-	Silent           bool   `json:"silent"`
-}
-
-type tagJSON struct {
-	Tag        string  `json:"tag"`
-	Key        string  `json:"key"`
-	Tracked    bool    `json:"tracked"`
-	Policy     string  `json:"policy"`
-	Action     string  `json:"action"`
-	Rate       float64 `json:"rate"`
-	Burst      int     `json:"burst"`
-	Tokens     float64 `json:"tokens"`
-	Debt       float64 `json:"debt"`
-	Unreported uint64  `json:"unreported"`
-}
-
-type forgetJSON struct {
-	Tag       string `json:"tag"`
-	Forgotten bool   `json:"forgotten"`
-}
-
-type statsJSON struct {
-	Version       string  `json:"version"`
-	UptimeSeconds float64 `json:"uptime_seconds"`
-	Tags          int     `json:"tags"`
-	Evictions     uint64  `json:"evictions"`
-	EvictedHits   uint64  `json:"evicted_hits"`
-	Connections   struct {
-		Active   uint64 `json:"active"`
-		Accepted uint64 `json:"accepted"`
-		Rejected uint64 `json:"rejected"`
-	} `json:"connections"`
-	Queries struct {
-		Total       uint64 `json:"total"`
-		OK          uint64 `json:"ok"`
-		NO          uint64 `json:"no"`
-		LineTooLong uint64 `json:"line_too_long"`
-	} `json:"queries"`
-	Policies []policyJSON `json:"policies"`
-	Gossip   gossipJSON   `json:"gossip"`
-}
-
-type policyJSON struct {
-	Name   string `json:"name"`
-	Action string `json:"action"`
-	OK     uint64 `json:"ok"`
-	NO     uint64 `json:"no"`
-}
-
-type gossipJSON struct {
-	Enabled         bool   `json:"enabled"`
-	Node            string `json:"node"`
-	PacketsSent     uint64 `json:"packets_sent"`
-	BytesSent       uint64 `json:"bytes_sent"`
-	PacketsReceived uint64 `json:"packets_received"`
-	BytesReceived   uint64 `json:"bytes_received"`
-	Dropped         struct {
-		Auth      uint64 `json:"auth"`
-		Malformed uint64 `json:"malformed"`
-		Version   uint64 `json:"version"`
-		Duplicate uint64 `json:"duplicate"`
-		Stale     uint64 `json:"stale"`
-	} `json:"dropped"`
-	Lost                uint64 `json:"lost"`
-	FingerprintMismatch uint64 `json:"fingerprint_mismatch"`
-	Peers               int    `json:"peers"`
-}
-
-type errorJSON struct {
-	Error string `json:"error"`
-}
+// The JSON documents are the types of package api, which carry the wire
+// names; the exported types of this package carry the data.
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	snap := s.src.Snapshot()
-	h := healthJSON{Status: "ok"}
+	h := api.Health{Status: "ok"}
 	if g := snap.Gossip; g.Enabled {
 		h.Peers = g.Peers
 		if !g.LastReport.IsZero() {
@@ -119,13 +31,13 @@ func (s *Server) peers(w http.ResponseWriter, r *http.Request) {
 	if s.src.Peers != nil {
 		peers = s.src.Peers()
 	}
-	out := make([]peerJSON, len(peers))
+	out := make([]api.Peer, len(peers))
 	for i, p := range peers {
-		out[i] = peerJSON{
+		out[i] = api.Peer{
 			Node:             nodeHex(p.Node),
 			Addr:             p.Addr,
-			FirstHeard:       timestamp(p.FirstHeard),
-			LastHeard:        timestamp(p.LastHeard),
+			FirstHeard:       p.FirstHeard.UTC(),
+			LastHeard:        p.LastHeard.UTC(),
 			Packets:          p.Packets,
 			Hits:             p.Hits,
 			Lost:             p.Lost,
@@ -139,7 +51,7 @@ func (s *Server) peers(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	snap := s.src.Snapshot()
-	var out statsJSON
+	var out api.Stats
 	out.Version = snap.Version
 	if !snap.Started.IsZero() {
 		out.UptimeSeconds = max(0, s.now().Sub(snap.Started).Seconds())
@@ -147,19 +59,18 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	out.Tags = snap.Tags
 	out.Evictions = snap.Evictions
 	out.EvictedHits = snap.EvictedHits
-	out.Connections.Active = snap.Connections.Active
-	out.Connections.Accepted = snap.Connections.Accepted
-	out.Connections.Rejected = snap.Connections.Rejected
+	out.Connections = api.Connections{Active: snap.Connections.Active, Accepted: snap.Connections.Accepted,
+		Rejected: snap.Connections.Rejected}
 	out.Queries.Total = snap.Queries.Total
 	out.Queries.LineTooLong = snap.Queries.LineTooLong
-	out.Policies = make([]policyJSON, len(snap.Policies))
+	out.Policies = make([]api.Policy, len(snap.Policies))
 	for i, p := range snap.Policies {
-		out.Policies[i] = policyJSON{Name: p.Name, Action: p.Action, OK: p.OK, NO: p.NO}
+		out.Policies[i] = api.Policy{Name: p.Name, Action: p.Action, OK: p.OK, NO: p.NO}
 		out.Queries.OK += p.OK
 		out.Queries.NO += p.NO
 	}
 	if g := snap.Gossip; g.Enabled {
-		out.Gossip = gossipJSON{
+		out.Gossip = api.Gossip{
 			Enabled:             true,
 			Node:                nodeHex(g.Node),
 			PacketsSent:         g.PacketsSent,
@@ -170,11 +81,8 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 			FingerprintMismatch: g.FingerprintMismatch,
 			Peers:               g.Peers,
 		}
-		out.Gossip.Dropped.Auth = g.Dropped.Auth
-		out.Gossip.Dropped.Malformed = g.Dropped.Malformed
-		out.Gossip.Dropped.Version = g.Dropped.Version
-		out.Gossip.Dropped.Duplicate = g.Dropped.Duplicate
-		out.Gossip.Dropped.Stale = g.Dropped.Stale
+		out.Gossip.Dropped = api.Dropped{Auth: g.Dropped.Auth, Malformed: g.Dropped.Malformed,
+			Version: g.Dropped.Version, Duplicate: g.Dropped.Duplicate, Stale: g.Dropped.Stale}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -185,7 +93,7 @@ func (s *Server) getTag(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := s.src.Tag(tag)
-	writeJSON(w, http.StatusOK, tagJSON{
+	writeJSON(w, http.StatusOK, api.Tag{
 		Tag:        printable(tag),
 		Key:        printable(v.Key),
 		Tracked:    v.Tracked,
@@ -204,7 +112,7 @@ func (s *Server) deleteTag(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, forgetJSON{Tag: printable(tag), Forgotten: s.src.Forget(tag)})
+	writeJSON(w, http.StatusOK, api.Forget{Tag: printable(tag), Forgotten: s.src.Forget(tag)})
 }
 
 // pathTag returns the request's tag, or answers 400 for an empty one (an
@@ -220,10 +128,6 @@ func pathTag(w http.ResponseWriter, r *http.Request) (string, bool) {
 
 // nodeHex formats a node id as gossip's logs do.
 func nodeHex(id uint64) string { return fmt.Sprintf("%016x", id) }
-
-// timestamp formats t as RFC 3339 in UTC, with as many fractional digits as
-// it needs.
-func timestamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // printable returns s with each byte that is not part of valid UTF-8
 // written as \xNN, since a JSON string can only hold text. Tags are opaque
@@ -251,7 +155,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError
-		body, _ = json.Marshal(errorJSON{Error: "encoding response: " + err.Error()})
+		body, _ = json.Marshal(api.Error{Error: "encoding response: " + err.Error()})
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -263,5 +167,5 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // writeError answers status with {"error": msg}.
 func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, errorJSON{Error: msg})
+	writeJSON(w, status, api.Error{Error: msg})
 }

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/dthrottle/dthrottle/admin/api"
 )
 
 // defaultAdmin is where dthrottled's admin endpoint listens in the shipped
@@ -16,84 +18,6 @@ const defaultAdmin = "127.0.0.1:7071"
 
 // adminTimeout bounds each request to the admin endpoint.
 const adminTimeout = 5 * time.Second
-
-// The admin endpoint's JSON documents. Fields the daemon adds later are
-// ignored; fields it does not send stay zero.
-type (
-	healthDoc struct {
-		Status             string  `json:"status"`
-		Peers              int     `json:"peers"`
-		SecondsSinceReport float64 `json:"seconds_since_report"`
-	}
-	peerDoc struct {
-		Node             string    `json:"node"`
-		Addr             string    `json:"addr"`
-		FirstHeard       time.Time `json:"first_heard"`
-		LastHeard        time.Time `json:"last_heard"`
-		Packets          uint64    `json:"packets"`
-		Hits             uint64    `json:"hits"`
-		Lost             uint64    `json:"lost"`
-		Duplicates       uint64    `json:"duplicates"`
-		FingerprintMatch bool      `json:"fingerprint_match"`
-		Silent           bool      `json:"silent"`
-	}
-	tagDoc struct {
-		Tag        string  `json:"tag"`
-		Key        string  `json:"key"`
-		Tracked    bool    `json:"tracked"`
-		Policy     string  `json:"policy"`
-		Action     string  `json:"action"`
-		Rate       float64 `json:"rate"`
-		Burst      float64 `json:"burst"`
-		Tokens     float64 `json:"tokens"`
-		Debt       float64 `json:"debt"`
-		Unreported uint64  `json:"unreported"`
-	}
-	forgetDoc struct {
-		Tag       string `json:"tag"`
-		Forgotten bool   `json:"forgotten"`
-	}
-	statsDoc struct {
-		Version     string  `json:"version"`
-		Uptime      float64 `json:"uptime_seconds"`
-		Tags        uint64  `json:"tags"`
-		Evictions   uint64  `json:"evictions"`
-		EvictedHits uint64  `json:"evicted_hits"`
-		Connections struct {
-			Active   uint64 `json:"active"`
-			Accepted uint64 `json:"accepted"`
-			Rejected uint64 `json:"rejected"`
-		} `json:"connections"`
-		Queries struct {
-			Total       uint64 `json:"total"`
-			OK          uint64 `json:"ok"`
-			NO          uint64 `json:"no"`
-			LineTooLong uint64 `json:"line_too_long"`
-		} `json:"queries"`
-		Policies []struct {
-			Name string `json:"name"`
-			OK   uint64 `json:"ok"`
-			NO   uint64 `json:"no"`
-		} `json:"policies"`
-		Gossip struct {
-			Enabled         bool   `json:"enabled"`
-			Node            string `json:"node"`
-			PacketsSent     uint64 `json:"packets_sent"`
-			BytesSent       uint64 `json:"bytes_sent"`
-			PacketsReceived uint64 `json:"packets_received"`
-			BytesReceived   uint64 `json:"bytes_received"`
-			Dropped         struct {
-				Auth      uint64 `json:"auth"`
-				Malformed uint64 `json:"malformed"`
-				Version   uint64 `json:"version"`
-				Duplicate uint64 `json:"duplicate"`
-			} `json:"dropped"`
-			Lost                uint64 `json:"lost"`
-			FingerprintMismatch uint64 `json:"fingerprint_mismatch"`
-			Peers               int    `json:"peers"`
-		} `json:"gossip"`
-	}
-)
 
 // adminFlags parses the admin subcommands' flags and returns the
 // endpoint's base URL and the remaining arguments, or ok false with the
@@ -150,11 +74,15 @@ func health(args []string, e env) int {
 	if !ok {
 		return code
 	}
-	var h healthDoc
+	var h api.Health
 	if err := fetch("GET", base+"/healthz", &h); err != nil {
 		return fail(e, err)
 	}
-	fmt.Fprintf(e.stdout, "%s: %d peers, last report %s ago\n", h.Status, h.Peers, seconds(h.SecondsSinceReport))
+	last := "none yet (or gossip off)"
+	if h.SecondsSinceReport != nil {
+		last = seconds(*h.SecondsSinceReport) + " ago"
+	}
+	fmt.Fprintf(e.stdout, "%s: %d peers, last report %s\n", h.Status, h.Peers, last)
 	if h.Status != "ok" {
 		return exitRefused
 	}
@@ -166,7 +94,7 @@ func forget(args []string, e env) int {
 	if !ok {
 		return code
 	}
-	var f forgetDoc
+	var f api.Forget
 	if err := fetch("DELETE", tagURL(base, rest[0]), &f); err != nil {
 		return fail(e, err)
 	}

@@ -107,7 +107,7 @@ queries            100: 90 OK, 10 NO (10.0% refused), 0 lines too long
 gossip             node 0102030405060708, 2 peers
   sent             1 datagrams, 1 bytes
   received         1 datagrams, 1 bytes
-  dropped          0 bad MAC, 0 malformed, 0 other version, 0 duplicates
+  dropped          0 bad MAC, 0 malformed, 0 other version, 0 duplicates, 0 stale
   lost             0 datagrams
   policy mismatch  0 datagrams
 

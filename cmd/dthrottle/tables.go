@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/dthrottle/dthrottle/admin/api"
 )
 
 // table returns a tabwriter for aligned columns two spaces apart.
@@ -18,7 +20,7 @@ func peers(args []string, e env) int {
 	if !ok {
 		return code
 	}
-	var ps []peerDoc
+	var ps []api.Peer
 	if err := fetch("GET", base+"/v1/peers", &ps); err != nil {
 		return fail(e, err)
 	}
@@ -26,7 +28,7 @@ func peers(args []string, e env) int {
 		fmt.Fprintln(e.stdout, "no peers heard (gossip off, or nobody else is reporting)")
 		return exitOK
 	}
-	slices.SortFunc(ps, func(a, b peerDoc) int { return strings.Compare(a.Node, b.Node) })
+	slices.SortFunc(ps, func(a, b api.Peer) int { return strings.Compare(a.Node, b.Node) })
 	tw := table(e.stdout)
 	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tLAST HEARD\tFIRST HEARD\tPACKETS\tHITS\tLOST\tDUPLICATES\tPOLICIES")
 	now := e.now()
@@ -59,7 +61,7 @@ func tagInfo(args []string, e env) int {
 	if !ok {
 		return code
 	}
-	var t tagDoc
+	var t api.Tag
 	if err := fetch("GET", tagURL(base, rest[0]), &t); err != nil {
 		return fail(e, err)
 	}
@@ -70,13 +72,13 @@ func tagInfo(args []string, e env) int {
 	}
 	fmt.Fprintf(tw, "policy\t%s (%s)\n", t.Policy, t.Action)
 	if t.Action == "limit" {
-		fmt.Fprintf(tw, "limit\t%s per second, burst %s\n", num(t.Rate), num(t.Burst))
+		fmt.Fprintf(tw, "limit\t%s per second, burst %s\n", num(t.Rate), num(float64(t.Burst)))
 		tracked := "no (its bucket is full)"
 		if t.Tracked {
 			tracked = "yes"
 		}
 		fmt.Fprintf(tw, "tracked\t%s\n", tracked)
-		fmt.Fprintf(tw, "tokens\t%s of %s\n", num(t.Tokens), num(t.Burst))
+		fmt.Fprintf(tw, "tokens\t%s of %s\n", num(t.Tokens), num(float64(t.Burst)))
 		if t.Debt > 0 {
 			fmt.Fprintf(tw, "debt\t%s (refused until repaid)\n", num(t.Debt))
 		}
@@ -94,13 +96,13 @@ func stats(args []string, e env) int {
 	if !ok {
 		return code
 	}
-	var s statsDoc
+	var s api.Stats
 	if err := fetch("GET", base+"/v1/stats", &s); err != nil {
 		return fail(e, err)
 	}
 	tw := table(e.stdout)
 	fmt.Fprintf(tw, "version\t%s\n", s.Version)
-	fmt.Fprintf(tw, "uptime\t%s\n", seconds(s.Uptime))
+	fmt.Fprintf(tw, "uptime\t%s\n", seconds(s.UptimeSeconds))
 	fmt.Fprintf(tw, "tags tracked\t%d\n", s.Tags)
 	fmt.Fprintf(tw, "evictions\t%d (%d unreported hits lost with them)\n", s.Evictions, s.EvictedHits)
 	c := s.Connections
@@ -115,7 +117,7 @@ func stats(args []string, e env) int {
 		fmt.Fprintf(tw, "  sent\t%d datagrams, %d bytes\n", g.PacketsSent, g.BytesSent)
 		fmt.Fprintf(tw, "  received\t%d datagrams, %d bytes\n", g.PacketsReceived, g.BytesReceived)
 		d := g.Dropped
-		fmt.Fprintf(tw, "  dropped\t%d bad MAC, %d malformed, %d other version, %d duplicates\n", d.Auth, d.Malformed, d.Version, d.Duplicate)
+		fmt.Fprintf(tw, "  dropped\t%d bad MAC, %d malformed, %d other version, %d duplicates, %d stale\n", d.Auth, d.Malformed, d.Version, d.Duplicate, d.Stale)
 		fmt.Fprintf(tw, "  lost\t%d datagrams\n", g.Lost)
 		fmt.Fprintf(tw, "  policy mismatch\t%d datagrams\n", g.FingerprintMismatch)
 	}

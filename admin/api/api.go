@@ -1,0 +1,115 @@
+// Package api holds the JSON documents of dthrottled's admin endpoint,
+// field for field: the admin package serves them and the dthrottle command
+// reads them. It has no dependencies, so a client need not link the
+// server. Fields are only ever added.
+package api
+
+import "time"
+
+// Health is GET /healthz.
+type Health struct {
+	Status string `json:"status"` // "ok"
+	Peers  int    `json:"peers"`  // peers heard and not silent
+	// SecondsSinceReport is the time since the last gossip report was sent;
+	// nil when gossip is off or before the first report.
+	SecondsSinceReport *float64 `json:"seconds_since_report,omitempty"`
+}
+
+// Peer is one element of GET /v1/peers.
+type Peer struct {
+	Node             string    `json:"node"` // 16 hex digits
+	Addr             string    `json:"addr"`
+	FirstHeard       time.Time `json:"first_heard"` // RFC 3339, UTC
+	LastHeard        time.Time `json:"last_heard"`
+	Packets          uint64    `json:"packets"`
+	Hits             uint64    `json:"hits"`
+	Lost             uint64    `json:"lost"`
+	Duplicates       uint64    `json:"duplicates"`
+	FingerprintMatch bool      `json:"fingerprint_match"`
+	Silent           bool      `json:"silent"`
+}
+
+// Tag is GET /v1/tags/{tag}.
+type Tag struct {
+	Tag        string  `json:"tag"`
+	Key        string  `json:"key"` // the table's key: the tag, or its digest form
+	Tracked    bool    `json:"tracked"`
+	Policy     string  `json:"policy"`
+	Action     string  `json:"action"`
+	Rate       float64 `json:"rate"`
+	Burst      int     `json:"burst"`
+	Tokens     float64 `json:"tokens"`
+	Debt       float64 `json:"debt"` // max(0, -tokens)
+	Unreported uint64  `json:"unreported"`
+}
+
+// Forget is DELETE /v1/tags/{tag}.
+type Forget struct {
+	Tag       string `json:"tag"`
+	Forgotten bool   `json:"forgotten"` // false: it was not tracked
+}
+
+// Stats is GET /v1/stats.
+type Stats struct {
+	Version       string      `json:"version"`
+	UptimeSeconds float64     `json:"uptime_seconds"`
+	Tags          int         `json:"tags"`
+	Evictions     uint64      `json:"evictions"`
+	EvictedHits   uint64      `json:"evicted_hits"`
+	Connections   Connections `json:"connections"`
+	Queries       Queries     `json:"queries"`
+	Policies      []Policy    `json:"policies"`
+	Gossip        Gossip      `json:"gossip"`
+}
+
+// Connections are the query server's connection counts.
+type Connections struct {
+	Active   uint64 `json:"active"`
+	Accepted uint64 `json:"accepted"`
+	Rejected uint64 `json:"rejected"`
+}
+
+// Queries counts requests. OK and NO are sums over the policies; Total
+// also counts empty tags, answered OK without a policy.
+type Queries struct {
+	Total       uint64 `json:"total"`
+	OK          uint64 `json:"ok"`
+	NO          uint64 `json:"no"`
+	LineTooLong uint64 `json:"line_too_long"`
+}
+
+// Policy counts the queries one policy answered.
+type Policy struct {
+	Name   string `json:"name"`
+	Action string `json:"action"`
+	OK     uint64 `json:"ok"`
+	NO     uint64 `json:"no"`
+}
+
+// Gossip are the counters between peers; all zero when Enabled is false.
+type Gossip struct {
+	Enabled             bool    `json:"enabled"`
+	Node                string  `json:"node"`
+	PacketsSent         uint64  `json:"packets_sent"`
+	BytesSent           uint64  `json:"bytes_sent"`
+	PacketsReceived     uint64  `json:"packets_received"`
+	BytesReceived       uint64  `json:"bytes_received"`
+	Dropped             Dropped `json:"dropped"`
+	Lost                uint64  `json:"lost"`
+	FingerprintMismatch uint64  `json:"fingerprint_mismatch"`
+	Peers               int     `json:"peers"`
+}
+
+// Dropped counts datagrams dropped, by reason.
+type Dropped struct {
+	Auth      uint64 `json:"auth"`
+	Malformed uint64 `json:"malformed"`
+	Version   uint64 `json:"version"`
+	Duplicate uint64 `json:"duplicate"`
+	Stale     uint64 `json:"stale"`
+}
+
+// Error is the body of every error response.
+type Error struct {
+	Error string `json:"error"`
+}
