@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -83,5 +84,27 @@ func TestCLIRewriteMap(t *testing.T) {
 	code, out, errs = runCLI(t, "k\nk\n", "rewritemap", "-socket", d.sock)
 	if code != 0 || out != "OK\nOK\n" || !strings.Contains(errs, "failing open") {
 		t.Fatalf("rewritemap, daemon stopped: exit %d, stdout %q, stderr %q; want OK twice, logged", code, out, errs)
+	}
+}
+
+// TestCLIAdminAgainstDaemon reads the real daemon's admin endpoint with
+// the shell command: tag, stats, forget.
+func TestCLIAdminAgainstDaemon(t *testing.T) {
+	d := startDaemon(t, burst3+"[admin]\nhttp = \"127.0.0.1:0\"\n")
+	addr := d.adminAddr(t)
+	nc(t, "a\na\na\na\n", "-U", d.sock)
+	code, out, errs := runCLI(t, "", "tag", "-admin", addr, "a")
+	if code != 0 || !strings.Contains(out, "tokens      0 of 3") || !strings.Contains(out, "tracked     yes") {
+		t.Fatalf("dthrottle tag a: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, errs = runCLI(t, "", "stats", "-admin", addr)
+	if code != 0 || !strings.Contains(out, "3 OK, 1 NO") || !regexp.MustCompile(`gossip +off`).MatchString(out) {
+		t.Fatalf("dthrottle stats: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, errs = runCLI(t, "", "forget", "-admin", addr, "a"); code != 0 || !strings.Contains(out, "forgotten") {
+		t.Fatalf("dthrottle forget a: exit %d\n%s%s", code, out, errs)
+	}
+	if got := nc(t, "a\n", "-U", d.sock); got != "OK\n" {
+		t.Fatalf("a after forget: %q", got)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,8 +89,15 @@ func tagInfo(args []string, e env) int {
 	return exitOK
 }
 
-// num formats a number without needless decimals: 10, 3.5, 0.25.
-func num(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+// num formats a number to at most two decimals, without needless ones:
+// 10, 3.5, 0.25, and 0 for a bucket 0.003 tokens into refilling.
+func num(f float64) string {
+	r := math.Round(f*100) / 100
+	if r == 0 {
+		r = 0 // not -0
+	}
+	return strconv.FormatFloat(r, 'f', -1, 64)
+}
 
 func stats(args []string, e env) int {
 	base, _, code, ok := adminFlags("stats", args, 0, e)
