@@ -20,6 +20,10 @@
 //
 // Processes the test starts inside share its namespace. In a subtest, the
 // enclosing tests' bodies run again in the child up to the subtest.
+//
+// Inside, New makes further network namespaces, one per host of a
+// simulated network joined by veth pairs, and NS.Do runs code and starts
+// processes in them.
 package netns
 
 import (
@@ -160,10 +164,7 @@ func setUp(t *testing.T) {
 		}
 		t.Fatalf("netns: expected only lo in a fresh namespace, found %v; refusing to run", names)
 	}
-	ip := findIP()
-	if ip == "" {
-		need(t, "netns: the ip command (iproute2) is not installed")
-	}
+	ip := Tool(t, "ip")
 	for _, args := range [][]string{
 		{"link", "set", "lo", "up"},
 		{"route", "replace", "224.0.0.0/4", "dev", "lo"},
@@ -183,23 +184,9 @@ func setUp(t *testing.T) {
 	}
 }
 
-// findIP returns the path of iproute2's ip, also where PATH (as for a
-// non-root user) leaves out the sbin directories; "" if there is none.
-func findIP() string {
-	if p, err := exec.LookPath("ip"); err == nil {
-		return p
-	}
-	for _, p := range []string{"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"} {
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p
-		}
-	}
-	return ""
-}
-
 // need reports a missing prerequisite: a failure under CI=true, where
 // .ci/run installs everything, else a skip.
-func need(t *testing.T, format string, args ...any) {
+func need(t testing.TB, format string, args ...any) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatalf(format, args...)
