@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/dthrottle/dthrottle/admin"
@@ -89,6 +90,7 @@ func start(cfg config.Config, path string, log *slog.Logger, level *slog.LevelVa
 	if d.gossip, err = startGossip(cfg.Gossip, table, log); err != nil {
 		return nil, err
 	}
+	warnFewFiles(cfg.Listen.MaxConns, log)
 	d.server = protocol.NewServer(decider{table}, protocol.Config{MaxConns: cfg.Listen.MaxConns, Logger: log})
 	if err := d.startAdmin(cfg.Admin.HTTP); err != nil {
 		if d.gossip != nil {
@@ -133,15 +135,22 @@ func (d *daemon) listen(c config.Config) error {
 	return nil
 }
 
-// stop stops accepting, lets every connection answer what it has read and
-// waits for them, up to ctx; then it reports the hits not yet reported, so
-// a clean stop loses no served hit.
-func (d *daemon) stop(ctx context.Context) error {
-	err := d.server.Shutdown(ctx)
+// stop stops accepting and lets every connection answer what it has read,
+// for up to grace; a client that does not read its replies is then cut
+// off, which is logged but not an error. Then it reports the hits not yet
+// reported, so a clean stop loses no served hit.
+func (d *daemon) stop(grace time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := d.server.Shutdown(ctx); err != nil {
+		d.log.Warn("stop: connections not reading their replies were cut off", "grace", grace,
+			"connections", d.server.Stats().Active, "err", err)
+	}
+	var err error
 	if d.gossip != nil {
-		if gerr := d.gossip.node.Stop(ctx); gerr != nil && err == nil {
-			err = gerr
-		}
+		gctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		err = d.gossip.node.Stop(gctx)
 	}
 	d.closeListeners()
 	if d.admin != nil {
@@ -174,6 +183,18 @@ func (d *daemon) healthy() bool {
 		return true
 	case <-time.After(time.Second):
 		return false
+	}
+}
+
+// warnFewFiles warns when the open-file limit cannot hold max_conns
+// connections besides the daemon's own descriptors: past it, accepting
+// backs off until connections close (LimitNOFILE in the unit).
+func warnFewFiles(maxConns int, log *slog.Logger) {
+	const own = 32 // listeners, gossip sockets, admin, logs, lock file
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && rl.Cur < uint64(maxConns)+own {
+		log.Warn("open-file limit below listen.max_conns: connections past it wait until others close",
+			"limit", rl.Cur, "max_conns", maxConns, "want", uint64(maxConns)+own)
 	}
 }
 

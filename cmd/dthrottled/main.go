@@ -4,7 +4,6 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -108,9 +107,7 @@ loop:
 		}
 	}
 	notify.stopping()
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	defer cancel()
-	if err := d.stop(ctx); err != nil {
+	if err := d.stop(shutdownGrace); err != nil {
 		log.Warn("unclean stop", "err", err)
 		exit = 1
 	}
