@@ -1,123 +1,169 @@
 package bucket
 
 import (
+	"hash/maphash"
 	"math/bits"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 )
 
-// entry is one tracked tag. An entry with tat <= now and nothing unreported
-// is a full, idle bucket: indistinguishable from an absent tag.
-type entry struct {
-	key        string
-	tat        int64  // theoretical arrival time, ns; the bucket is full when tat <= now
-	unreported uint32 // hits served here and not yet drained
-	dirtyPos   int32  // 1 + position in shard.dirty, 0 when not listed
-	policy     uint16 // index into the table's policySet
-	live       bool
+// shard is an independently locked part of the table. Its tracked tags
+// are records in its arena, found through its index; a record with
+// tat <= now and nothing unreported is a full, idle bucket:
+// indistinguishable from an absent tag. Its size is a multiple of 64
+// bytes, so that neighbouring shards' locks do not share a cache line.
+type shard struct {
+	shardFields
+	_ [64 - unsafe.Sizeof(shardFields{})%64]byte
 }
 
-// shard is an independently locked part of the table.
-type shard struct {
-	mu          sync.Mutex
-	now         int64     // latest now seen: time never runs backwards here
-	policies    policySet // the policies the entries' policy indexes refer to
-	counts      []shardCounts
-	index       map[string]int32
-	entries     []entry
-	free        []int32 // dead slots of entries, for reuse
-	dirty       []int32 // slots with unreported hits
+// shardFields are a shard's fields. A query writes the first cache line
+// (the lock, the clock, the counts of the first policies) and reads the
+// next two (index and policies; the arena's chunks): three lines in all.
+type shardFields struct {
+	mu       sync.Mutex
+	now      int64          // latest now seen: time never runs backwards here
+	hot      [3]shardCounts // the counts of policies 0 to 2
+	index    index          // 40 bytes
+	policies policySet      // the policies the records' policy indexes refer to
+	arena    arena          // its chunks first
+	more     []shardCounts  // the counts of policies 3 and up
+
+	dirty       []uint32      // records with unreported hits
+	slots       *atomic.Int64 // the table's index slots over all shards
+	seed        maphash.Seed  // the table's, to find a record's slot again
 	capacity    int
-	hand        int    // next slot the idle-entry sweep looks at
+	hand        int    // next index slot the idle-entry sweep looks at
 	rng         uint64 // xorshift state for eviction sampling
 	evictions   uint64
 	evictedHits uint64
-	_           [64]byte // keep neighbouring shards' locks off one cache line
 }
 
 // shardCounts counts the queries a limit policy answered in one shard.
 type shardCounts struct{ ok, no uint64 }
 
-func (s *shard) init(capacity int, seed uint64, set policySet) {
-	s.index = make(map[string]int32)
+func (s *shard) init(capacity int, seed uint64, hashSeed maphash.Seed, set policySet, slots *atomic.Int64) {
+	s.slots = slots
+	s.index.init()
+	slots.Add(int64(len(s.index.slots)))
+	s.arena.init()
+	s.seed = hashSeed
 	s.capacity = capacity
 	s.rng = seed*0x9E3779B97F4A7C15 | 1
 	s.policies = set
-	s.counts = make([]shardCounts, len(set))
+	s.resetCounts(len(set))
 }
 
-// allow answers a query for key under limit policy pi at now.
-func (s *shard) allow(now int64, key []byte, pi int) bool {
-	p := &s.policies[pi]
-	i, ok := s.index[string(key)]
-	if !ok {
-		i = s.insert(now, string(key), pi)
+// count returns the counts of policy pi.
+func (s *shard) count(pi int) *shardCounts {
+	if pi < len(s.hot) {
+		return &s.hot[pi]
 	}
-	e := &s.entries[i]
-	tat := max(e.tat, now)
+	return &s.more[pi-len(s.hot)]
+}
+
+// resetCounts zeroes the counts, for n policies.
+func (s *shard) resetCounts(n int) {
+	s.hot = [len(s.hot)]shardCounts{}
+	s.more = nil
+	if n > len(s.hot) {
+		s.more = make([]shardCounts, n-len(s.hot))
+	}
+}
+
+// allow answers a query for key, which hashes to h, under limit policy pi
+// at now.
+func (s *shard) allow(now int64, h uint64, key []byte, pi int) bool {
+	p := &s.policies[pi]
+	pos, ref := s.index.lookup(&s.arena, h, key)
+	if ref == 0 {
+		ref = s.insert(now, h, pos, key, pi)
+	}
+	r := s.arena.rec(ref)
+	tat := max(r.tat(), now)
 	if tat-now > p.allowAt {
-		s.counts[pi].no++
+		s.count(pi).no++
 		return false
 	}
-	s.counts[pi].ok++
-	e.tat = tat + p.perToken
-	if e.unreported < ^uint32(0) {
-		e.unreported++
+	s.count(pi).ok++
+	r.setTat(tat + p.perToken)
+	if u := r.unreported(); u < ^uint32(0) {
+		r.setUnreported(u + 1)
 	}
-	if e.dirtyPos == 0 {
-		s.dirty = append(s.dirty, i)
-		e.dirtyPos = int32(len(s.dirty))
+	if r.dirtyPos() == 0 {
+		s.list(r, ref)
 	}
 	return true
 }
 
-// spend subtracts hits a peer served for key at now.
-func (s *shard) spend(now int64, key string, hits uint32) {
+// list adds record r, whose reference is ref, to the dirty list. The list
+// doubles when full, up to the shard's capacity, rather than growing by
+// append's smaller steps, which would leave more garbage behind.
+func (s *shard) list(r record, ref uint32) {
+	if len(s.dirty) == cap(s.dirty) {
+		d := make([]uint32, len(s.dirty), max(min(2*cap(s.dirty), s.capacity), len(s.dirty)+1, 16))
+		copy(d, s.dirty)
+		s.dirty = d
+	}
+	s.dirty = append(s.dirty, ref)
+	r.setDirtyPos(int32(len(s.dirty)))
+}
+
+// spend subtracts hits a peer served for key, which hashes to h, at now.
+func (s *shard) spend(now int64, h uint64, key []byte, hits uint32) {
 	pi := match(s.policies, key)
 	p := &s.policies[pi]
 	if p.Action != Limit {
 		return
 	}
-	i, ok := s.index[key]
-	if !ok {
-		i = s.insert(now, key, pi)
+	pos, ref := s.index.lookup(&s.arena, h, key)
+	if ref == 0 {
+		ref = s.insert(now, h, pos, key, pi)
 	}
-	e := &s.entries[i]
-	tat := max(e.tat, now)
+	r := s.arena.rec(ref)
+	tat := max(r.tat(), now)
 	hi, add := bits.Mul64(uint64(hits), uint64(p.perToken))
 	if hi != 0 || add > maxAhead || tat-now > maxAhead-int64(add) {
 		tat = now + maxAhead
 	} else {
 		tat += int64(add)
 	}
-	e.tat = tat
+	r.setTat(tat)
 }
 
 // reconfigure moves every entry to the policy it matches in set, keeping
 // its tokens (capped at the new burst) and its unreported hits, forgets
 // entries now under allow or deny, and evicts down to capacity.
 func (s *shard) reconfigure(now int64, set policySet, capacity int) {
-	for pi, c := range s.counts {
+	for pi := range s.policies {
+		c := s.count(pi)
 		s.policies[pi].counts.ok.Add(c.ok)
 		s.policies[pi].counts.no.Add(c.no)
 	}
 	old := s.policies
-	s.policies, s.counts, s.capacity = set, make([]shardCounts, len(set)), capacity
-	for i := range s.entries {
-		e := &s.entries[i]
-		if !e.live {
-			continue
+	s.policies, s.capacity = set, capacity
+	s.resetCounts(len(set))
+	// Removing shifts index slots: list the records first.
+	refs := make([]uint32, 0, s.index.count)
+	for _, e := range s.index.slots {
+		if e != 0 {
+			refs = append(refs, uint32(e))
 		}
-		pi := match(set, e.key)
+	}
+	for _, ref := range refs {
+		r := s.arena.rec(ref)
+		pi := match(set, r.key())
 		p := &set[pi]
 		if p.Action != Limit {
-			s.remove(int32(i))
+			s.removeRef(ref)
 			continue
 		}
-		tokens := old[e.policy].tokens(e.tat, now)
-		e.tat = p.tatFor(min(tokens, float64(p.Burst)), now)
-		e.policy = uint16(pi)
+		tokens := old[r.policy()].tokens(r.tat(), now)
+		r.setTat(p.tatFor(min(tokens, float64(p.Burst)), now))
+		r.setPolicy(pi)
 	}
-	for len(s.index) > s.capacity {
+	for s.index.count > s.capacity {
 		s.evict(now)
 	}
 }
@@ -131,63 +177,89 @@ func (s *shard) advance(now int64) int64 {
 	return s.now
 }
 
-// insert adds key with a full bucket and returns its slot. It first forgets
-// a few idle entries the sweep hand passes over, and evicts one entry if the
-// shard is still at capacity.
-func (s *shard) insert(now int64, key string, policy int) int32 {
-	s.sweep(now, 2)
-	if len(s.index) >= s.capacity {
+// insert adds key, which hashes to h and belongs in index slot pos, with a
+// full bucket, and returns its record. It first forgets a few idle entries
+// the sweep hand passes over, and evicts one entry if the shard is still
+// at capacity; the index slot is looked up again if either moved it.
+func (s *shard) insert(now int64, h uint64, pos int, key []byte, policy int) uint32 {
+	n := s.index.count
+	s.sweep(now)
+	if s.index.count >= s.capacity {
 		s.evict(now)
 	}
-	var i int32
-	if n := len(s.free); n > 0 {
-		i = s.free[n-1]
-		s.free = s.free[:n-1]
-	} else {
-		s.entries = append(s.entries, entry{})
-		i = int32(len(s.entries) - 1)
+	if s.index.full() {
+		was := len(s.index.slots)
+		s.index.grow()
+		s.slots.Add(int64(len(s.index.slots) - was))
+		n = -1
 	}
-	s.entries[i] = entry{key: key, tat: now, policy: uint16(policy), live: true}
-	s.index[key] = i
-	return i
+	if s.index.count != n {
+		pos, _ = s.index.lookup(&s.arena, h, key)
+	}
+	ref := s.arena.newRecord(key, now, policy)
+	s.index.put(pos, h, ref)
+	return ref
 }
 
-// remove forgets the entry in slot i.
-func (s *shard) remove(i int32) {
-	e := &s.entries[i]
-	if e.dirtyPos != 0 {
-		// Swap the last listed slot into this one's place.
-		pos := e.dirtyPos - 1
+// removeAt forgets the entry in index slot pos.
+func (s *shard) removeAt(pos int) {
+	ref := uint32(s.index.slots[pos])
+	r := s.arena.rec(ref)
+	if dp := r.dirtyPos(); dp != 0 {
+		// Swap the last listed record into this one's place.
 		last := s.dirty[len(s.dirty)-1]
-		s.dirty[pos] = last
-		s.entries[last].dirtyPos = pos + 1
+		s.dirty[dp-1] = last
+		s.arena.rec(last).setDirtyPos(dp)
 		s.dirty = s.dirty[:len(s.dirty)-1]
 	}
-	delete(s.index, e.key)
-	*e = entry{}
-	s.free = append(s.free, i)
+	s.index.delete(pos)
+	s.arena.release(ref)
 }
 
-// sweep looks at up to n slots from the hand on and forgets the full, idle
-// entries among them. Called on every insert, it keeps the table close to
-// the set of tags active within the last burst/rate seconds.
-func (s *shard) sweep(now int64, n int) {
-	for ; n > 0 && len(s.entries) > 0; n-- {
-		if s.hand >= len(s.entries) {
+// removeRef forgets the entry whose record is ref.
+func (s *shard) removeRef(ref uint32) {
+	h := maphash.Bytes(s.seed, s.arena.rec(ref).key())
+	s.removeAt(s.index.slotOf(h, ref))
+}
+
+// The sweep on each insert looks at sweepEntries entries, passing over at
+// most sweepSlots index slots.
+const (
+	sweepEntries = 2
+	sweepSlots   = 32
+)
+
+// sweep looks at the next few entries from the hand on and forgets the
+// full, idle ones among them. Called on every insert, it keeps the table
+// close to the set of tags active within the last burst/rate seconds.
+func (s *shard) sweep(now int64) {
+	slots := s.index.slots
+	seen := 0
+	for k := 0; k < sweepSlots && seen < sweepEntries; k++ {
+		if s.hand >= len(slots) {
 			s.hand = 0
 		}
-		e := &s.entries[s.hand]
-		if e.live && e.tat <= now && e.unreported == 0 {
-			s.remove(int32(s.hand))
+		e := slots[s.hand]
+		if e == 0 {
+			s.hand++
+			continue
+		}
+		seen++
+		r := s.arena.rec(uint32(e))
+		if r.tat() <= now && r.unreported() == 0 {
+			// The slot now holds the entry shifted back into it, if any:
+			// look at it next.
+			s.removeAt(s.hand)
+			continue
 		}
 		s.hand++
 	}
 }
 
-// Eviction looks at evictSample live entries from a random slot on, and
-// keeps looking, up to evictSearch, while all it has found are in debt.
-// A shard of at most evictSearch entries is searched whole, so small
-// tables evict in exact order.
+// Eviction looks at evictSample entries from a random index slot on, and
+// keeps looking, up to evictSearch, while all it has found are in debt. A
+// shard of at most evictSearch entries is searched whole, so small tables
+// evict in exact order.
 const (
 	evictSample = 5
 	evictSearch = 64
@@ -200,31 +272,37 @@ func (s *shard) evict(now int64) {
 	s.rng ^= s.rng << 13
 	s.rng ^= s.rng >> 7
 	s.rng ^= s.rng << 17
-	start := int(s.rng % uint64(len(s.entries)))
-	best, bestHarm, bestDebt := int32(-1), 0.0, false
+	slots := s.index.slots
+	whole := s.index.count <= evictSearch
+	start := int(s.rng % uint64(len(slots)))
+	best, bestHarm, bestDebt := -1, 0.0, false
 	seen := 0
-	for k := 0; k < len(s.entries) && seen < evictSearch; k++ {
-		if seen >= evictSample && best >= 0 && !bestDebt {
+	for k := 0; k < len(slots) && seen < evictSearch; k++ {
+		if !whole && seen >= evictSample && best >= 0 && !bestDebt {
 			break
 		}
-		i := (start + k) % len(s.entries)
-		e := &s.entries[i]
-		if !e.live {
+		i := start + k
+		if i >= len(slots) {
+			i -= len(slots)
+		}
+		e := slots[i]
+		if e == 0 {
 			continue
 		}
 		seen++
-		p := &s.policies[e.policy]
-		lack := max(e.tat-now, 0)
+		r := s.arena.rec(uint32(e))
+		p := &s.policies[r.policy()]
+		lack := max(r.tat()-now, 0)
 		debt := lack > p.debtAt
-		harm := float64(lack)/float64(p.perToken) + float64(e.unreported)
+		harm := float64(lack)/float64(p.perToken) + float64(r.unreported())
 		if best < 0 || (bestDebt && !debt) || (debt == bestDebt && harm < bestHarm) {
-			best, bestHarm, bestDebt = int32(i), harm, debt
+			best, bestHarm, bestDebt = i, harm, debt
 		}
 	}
 	if best < 0 {
 		return
 	}
 	s.evictions++
-	s.evictedHits += uint64(s.entries[best].unreported)
-	s.remove(best)
+	s.evictedHits += uint64(s.arena.rec(uint32(slots[best])).unreported())
+	s.removeAt(best)
 }

@@ -12,6 +12,17 @@
 // Every operation takes now. Each shard of the table keeps the latest now it
 // has seen, so a clock that steps back refills nothing and refunds nothing.
 // The table has no goroutines and knows nothing of sockets or peers.
+//
+// # Memory
+//
+// A tracked tag costs one record (its bucket state, 18 bytes, then its
+// key) in its shard's arena, one 8-byte slot in its shard's index, an
+// open-addressing hash table kept at most 80% full, and, while it has
+// unreported hits, 4 bytes in its shard's list of them: 48 bytes of heap
+// for a 13-byte tag (a 32-byte record), about 56 resident in the daemon.
+// None of these hold a pointer, and the arena's chunks are never freed
+// (the records of forgotten tags are reused), so the garbage collector
+// has nothing per tag to scan and filling the table leaves little garbage.
 package bucket
 
 import (
@@ -19,9 +30,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Config describes a Table. Its zero value is not usable: see New.
@@ -68,14 +81,15 @@ type State struct {
 // each other. Create it with New.
 type Table struct {
 	shards []shard
-	mask   uint64
+	shift  uint // a key's shard is its hash >> shift (64 for one shard)
 	seed   maphash.Seed
 
 	// policies routes allow and deny tags without taking a lock; each
 	// shard holds its own copy for its entries, swapped under its lock.
 	policies    atomic.Pointer[policySet]
 	maxTagBytes atomic.Int64
-	reconfig    sync.Mutex // one Reconfigure at a time
+	slots       atomic.Int64 // index slots over all shards: how big the table is
+	reconfig    sync.Mutex   // one Reconfigure at a time
 }
 
 // maxShards is enough to keep lock contention negligible on the machines a
@@ -95,11 +109,11 @@ func New(cfg Config) (*Table, error) {
 	for n*2 <= maxShards && n*2*1024 <= cfg.MaxTags {
 		n *= 2
 	}
-	t := &Table{shards: make([]shard, n), mask: uint64(n - 1), seed: maphash.MakeSeed()}
+	t := &Table{shards: make([]shard, n), shift: uint(64 - bits.TrailingZeros(uint(n))), seed: maphash.MakeSeed()}
 	t.policies.Store(&set)
 	t.maxTagBytes.Store(int64(cfg.MaxTagBytes))
 	for i := range t.shards {
-		t.shards[i].init(shardCapacity(cfg.MaxTags, n, i), uint64(i)+1, set)
+		t.shards[i].init(shardCapacity(cfg.MaxTags, n, i), uint64(i)+1, t.seed, set, &t.slots)
 	}
 	return t, nil
 }
@@ -167,18 +181,23 @@ func (t *Table) Allow(now time.Time, tag []byte) bool {
 	if max := int(t.maxTagBytes.Load()); len(tag) > max {
 		tag = digestKey(tag, max)
 	}
-	ns := now.UnixNano()
-	s := t.shardFor(tag)
+	return t.allowKey(now.UnixNano(), tag, maphash.Bytes(t.seed, tag), set, pi)
+}
+
+// allowKey is Allow at ns (Unix nanoseconds) for a key that hashes to h,
+// whose tag matched limit policy pi of set.
+func (t *Table) allowKey(ns int64, key []byte, h uint64, set *policySet, pi int) bool {
+	s := &t.shards[h>>t.shift]
 	s.mu.Lock()
 	if &s.policies[0] != &(*set)[0] {
 		// A reload swapped the policies in between: ask the shard's.
-		if pi = match(s.policies, tag); s.policies[pi].Action != Limit {
+		if pi = match(s.policies, key); s.policies[pi].Action != Limit {
 			ok := s.policies[pi].answer()
 			s.mu.Unlock()
 			return ok
 		}
 	}
-	ok := s.allow(s.advance(ns), tag, pi)
+	ok := s.allow(s.advance(ns), h, key, pi)
 	s.mu.Unlock()
 	return ok
 }
@@ -206,40 +225,59 @@ func (t *Table) Spend(now time.Time, key string, hits uint32) {
 		return
 	}
 	ns := now.UnixNano()
-	s := t.shardForString(key)
+	h, s := t.shardFor(key)
 	s.mu.Lock()
-	s.spend(s.advance(ns), key, hits)
+	s.spend(s.advance(ns), h, bytesOf(key), hits)
 	s.mu.Unlock()
 }
 
 // Forget drops key and its unreported hits, as if it had never been seen.
 // Peers are not told. It reports whether the key was tracked.
 func (t *Table) Forget(key string) bool {
-	s := t.shardForString(key)
+	h, s := t.shardFor(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	i, ok := s.index[key]
-	if ok {
-		s.remove(i)
+	pos, ref := s.index.lookup(&s.arena, h, bytesOf(key))
+	if ref != 0 {
+		s.removeAt(pos)
 	}
-	return ok
+	return ref != 0
 }
 
 // Drain appends to dst every tag with unreported hits, and their counts,
 // and zeroes those counts. It takes time in proportion to the number of
-// tags with hits, not to the size of the table.
+// tags with hits, not to the size of the table. The keys drained from one
+// shard share one allocation.
 func (t *Table) Drain(dst []Hit) []Hit {
+	var lens []int
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		for _, j := range s.dirty {
-			e := &s.entries[j]
-			dst = append(dst, Hit{Key: e.key, Count: e.unreported})
-			e.unreported = 0
-			e.dirtyPos = 0
+		if len(s.dirty) == 0 {
+			s.mu.Unlock()
+			continue
+		}
+		// One pass over the records, which are scattered in memory; the
+		// keys go to one buffer, cut into strings once it is complete.
+		first := len(dst)
+		lens = lens[:0]
+		keys := make([]byte, 0, 16*len(s.dirty))
+		for _, ref := range s.dirty {
+			r := s.arena.rec(ref)
+			k := r.key()
+			keys = append(keys, k...)
+			lens = append(lens, len(k))
+			dst = append(dst, Hit{Count: r.unreported()})
+			r.setUnreported(0)
+			r.setDirtyPos(0)
 		}
 		s.dirty = s.dirty[:0]
 		s.mu.Unlock()
+		all := unsafe.String(unsafe.SliceData(keys), len(keys)) // keys is never written again
+		for j, n := range lens {
+			dst[first+j].Key = all[:n]
+			all = all[n:]
+		}
 	}
 	return dst
 }
@@ -247,18 +285,18 @@ func (t *Table) Drain(dst []Hit) []Hit {
 // Peek returns the state of key at now without changing it, or
 // ErrUnknownTag with the state of a full bucket under the key's policy.
 func (t *Table) Peek(now time.Time, key string) (State, error) {
-	s := t.shardForString(key)
+	h, s := t.shardFor(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := max(s.now, now.UnixNano())
-	i, ok := s.index[key]
-	if !ok {
+	_, ref := s.index.lookup(&s.arena, h, bytesOf(key))
+	if ref == 0 {
 		p := &s.policies[match(s.policies, key)]
 		return State{Policy: p.Policy, Tokens: float64(p.Burst)}, ErrUnknownTag
 	}
-	e := &s.entries[i]
-	p := &s.policies[e.policy]
-	return State{Policy: p.Policy, Tracked: true, Tokens: p.tokens(e.tat, n), Unreported: e.unreported}, nil
+	r := s.arena.rec(ref)
+	p := &s.policies[r.policy()]
+	return State{Policy: p.Policy, Tracked: true, Tokens: p.tokens(r.tat(), n), Unreported: r.unreported()}, nil
 }
 
 // Stats returns the table's counters.
@@ -267,7 +305,7 @@ func (t *Table) Stats() Stats {
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		st.Tags += len(s.index)
+		st.Tags += s.index.count
 		st.Evictions += s.evictions
 		st.EvictedHits += s.evictedHits
 		s.mu.Unlock()
@@ -288,7 +326,8 @@ func (t *Table) PolicyStats() []PolicyStats {
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		for pi, c := range s.counts {
+		for pi := range out {
+			c := s.count(pi)
 			out[pi].OK += c.ok
 			out[pi].NO += c.no
 		}
@@ -311,20 +350,16 @@ func (t *Table) Key(tag []byte) string {
 	return string(tag)
 }
 
-func (t *Table) shardFor(key []byte) *shard {
-	if t.mask == 0 {
-		return &t.shards[0]
-	}
-	return &t.shards[maphash.Bytes(t.seed, key)&t.mask]
+// shardFor returns the hash of key and its shard. maphash.String and
+// maphash.Bytes hash equal contents alike.
+func (t *Table) shardFor(key string) (uint64, *shard) {
+	h := maphash.String(t.seed, key)
+	return h, &t.shards[h>>t.shift]
 }
 
-// shardForString is shardFor for a string key; both hash alike.
-func (t *Table) shardForString(key string) *shard {
-	if t.mask == 0 {
-		return &t.shards[0]
-	}
-	return &t.shards[maphash.String(t.seed, key)&t.mask]
-}
+// bytesOf views s as bytes without copying, for lookups that neither
+// write nor retain them.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // digestKey keys a long tag by its first max-31 bytes, which keep the prefix
 // policies match on, and a SHA-256 of the whole tag. The key is max+1 bytes

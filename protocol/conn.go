@@ -25,6 +25,7 @@ const (
 type conn struct {
 	nc      net.Conn
 	decider Decider
+	batch   *batcher // nil unless decider is a BatchDecider
 	maxLine int
 	log     *slog.Logger
 	stats   *counters
@@ -38,7 +39,12 @@ type conn struct {
 // newConn returns a conn serving nc with lines of at most maxLine bytes.
 func newConn(nc net.Conn, d Decider, maxLine int, stats *counters, log *slog.Logger) *conn {
 	small := make([]byte, min(readBufSize, maxLine+1))
+	var b *batcher
+	if bd, ok := d.(BatchDecider); ok {
+		b = newBatcher(bd)
+	}
 	return &conn{
+		batch:   b,
 		nc:      nc,
 		decider: d,
 		maxLine: maxLine,
@@ -89,7 +95,11 @@ func (c *conn) serve() {
 func (c *conn) answer(now time.Time) bool {
 	for {
 		var consumed, lines int
-		c.out, consumed, lines = answerLines(c.out, c.buf[c.r:c.w], now, c.decider, outFlush)
+		if c.batch != nil {
+			c.out, consumed, lines = c.batch.answer(c.out, c.buf[c.r:c.w], now, outFlush)
+		} else {
+			c.out, consumed, lines = answerLines(c.out, c.buf[c.r:c.w], now, c.decider, outFlush)
+		}
 		c.r += consumed
 		if lines > 0 {
 			c.stats.queries.Add(uint64(lines))

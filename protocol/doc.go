@@ -26,8 +26,14 @@
 // in it, and goes back to 4 KiB once drained. Replies are written early when
 // 16 KiB are pending, so a client that sends without reading blocks its own
 // connection's Write, which stops that connection's reads: memory per
-// connection stays bounded (about 80 KiB at worst, about 5 KiB typically).
+// connection stays bounded: about 4.5 KB of resident memory idle and 11 KB
+// once used, as measured (80 KiB at most while a 64 KiB line arrives).
 // In steady state answering a request allocates nothing.
+//
+// A Decider that also implements [BatchDecider] is handed up to 64
+// consecutive requests of a read at a time, which lets a table fetch the
+// entries of the next requests from memory while it decides one; the
+// replies are the same, in the same order.
 //
 // # End of input
 //
