@@ -40,6 +40,10 @@ type decider struct{ t *bucket.Table }
 
 func (d decider) Decide(now time.Time, tag []byte) bool { return d.t.Allow(now, tag) }
 
+// DecideBatch lets the line server hand the table a whole pipelined batch,
+// which it decides with the next queries' memory already on its way.
+func (d decider) DecideBatch(now time.Time, tags [][]byte, ok []bool) { d.t.AllowBatch(now, tags, ok) }
+
 // tableConfig turns the file's limits into the table's.
 func tableConfig(cfg config.Config) bucket.Config {
 	tc := bucket.Config{
