@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"path"
 	"slices"
 	"strings"
@@ -131,6 +132,13 @@ func newServer(cfg Config, src Sources, now func() time.Time) (*Server, error) {
 	mux.Handle("/v1/peers", methods{http.MethodGet: http.HandlerFunc(s.peers)})
 	tags := methods{http.MethodGet: http.HandlerFunc(s.getTag), http.MethodDelete: http.HandlerFunc(s.deleteTag)}
 	mux.Handle(tagsPrefix+"{tag...}", tags)
+	if cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not found")
 	})

@@ -248,3 +248,17 @@ func TestLoopbackHostsOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestPprof serves Go's profiles only when Config.Pprof is set.
+func TestPprof(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		s, err := newServer(Config{Addr: "127.0.0.1:0", Pprof: on}, newFake().sources(), func() time.Time { return t0 })
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, body := do(t, s.Handler(), http.MethodGet, "/debug/pprof/goroutine?debug=1")
+		if got := res.StatusCode == http.StatusOK && strings.Contains(body, "goroutine profile:"); got != on {
+			t.Errorf("pprof %v: GET /debug/pprof/goroutine gave %d %.60q", on, res.StatusCode, body)
+		}
+	}
+}

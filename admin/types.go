@@ -16,6 +16,10 @@ type Config struct {
 	// Logger receives the start warning and the HTTP server's own errors,
 	// never a line per request; nil discards.
 	Logger *slog.Logger
+	// Pprof also serves Go's runtime profiles (net/http/pprof) under
+	// /debug/pprof/, for profiling the daemon under load. Off by default:
+	// a CPU profile costs the daemon while it runs.
+	Pprof bool
 }
 
 // Sources are the functions a Server reads the daemon through, so that this

@@ -84,7 +84,8 @@ type Gossip struct {
 // Admin configures the HTTP admin endpoint (/metrics, /healthz, /v1/...).
 // The zero Admin disables it.
 type Admin struct {
-	HTTP string `toml:"http"` // "host:port"; "" disables
+	HTTP  string `toml:"http"`  // "host:port"; "" disables
+	Pprof bool   `toml:"pprof"` // also serve Go's profiler at /debug/pprof/
 }
 
 // Log says how the daemon logs: to stderr, where journald adds the

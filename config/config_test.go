@@ -215,6 +215,7 @@ func TestWrongTypes(t *testing.T) {
 		{"[policy]\nprefix = \"a\"\n", `config: line 1: policy: must be an array of tables, not a table`},
 		{"[[policy]]\nprefix = \"a\"\n[[policy]]\nprefix = 7\n", `config: line 4: policy[2].prefix: must be a string, not an integer`},
 		{"[admin]\nhttp = true\n", `config: line 2: admin.http: must be a string, not a boolean`},
+		{"[admin]\npprof = \"yes\"\n", `config: line 2: admin.pprof: must be true or false, not a string`},
 		{"[listen]\nunix = 1979-05-27\n", `config: line 2: listen.unix: must be a string, not a date or time`},
 	} {
 		if got := parseErr(t, tc.src); got != tc.want {

@@ -25,6 +25,7 @@ const (
 	kindFloat                // 4.2 or 42
 	kindDuration             // "250ms"
 	kindStrings              // ["a", "b"]
+	kindBool                 // true or false
 )
 
 // what says, for an error message, what a key of this kind must be.
@@ -36,6 +37,7 @@ var what = [...]string{
 	kindFloat:    "a number",
 	kindDuration: `a duration string such as "1s" or "250ms"`,
 	kindStrings:  "an array of strings",
+	kindBool:     "true or false",
 }
 
 // schemaKey is one key Config accepts.
@@ -88,6 +90,8 @@ func kindOf(t reflect.Type) kind {
 		return kindInt
 	case t.Kind() == reflect.Float64:
 		return kindFloat
+	case t.Kind() == reflect.Bool:
+		return kindBool
 	}
 	panic("config: no schema kind for " + t.String())
 }
@@ -201,6 +205,10 @@ func checkTypes(m map[string]any, t reflect.Type, path []string, elem int, lines
 				if _, ok := s.(string); !ok {
 					return bad("[%d]: must be a string, not %s", i+1, tomlType(s))
 				}
+			}
+		case kindBool:
+			if _, ok := v.(bool); !ok {
+				return bad(": must be %s, not %s", what[k], tomlType(v))
 			}
 		case kindString:
 			if _, ok := v.(string); !ok {

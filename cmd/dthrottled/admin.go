@@ -7,14 +7,15 @@ import (
 
 	"github.com/dthrottle/dthrottle/admin"
 	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/config"
 )
 
-// startAdmin serves the admin endpoint on cfg.Admin.HTTP, when set.
-func (d *daemon) startAdmin(addr string) error {
-	if addr == "" {
+// startAdmin serves the admin endpoint on cfg.HTTP, when set.
+func (d *daemon) startAdmin(cfg config.Admin) error {
+	if cfg.HTTP == "" {
 		return nil
 	}
-	srv, err := admin.New(admin.Config{Addr: addr, Logger: d.log}, admin.Sources{
+	srv, err := admin.New(admin.Config{Addr: cfg.HTTP, Logger: d.log, Pprof: cfg.Pprof}, admin.Sources{
 		Snapshot: d.snapshot,
 		Peers:    d.peers,
 		Tag:      d.tagView,

@@ -96,7 +96,7 @@ func start(cfg config.Config, path string, log *slog.Logger, level *slog.LevelVa
 	}
 	warnFewFiles(cfg.Listen.MaxConns, log)
 	d.server = protocol.NewServer(decider{table}, protocol.Config{MaxConns: cfg.Listen.MaxConns, Logger: log})
-	if err := d.startAdmin(cfg.Admin.HTTP); err != nil {
+	if err := d.startAdmin(cfg.Admin); err != nil {
 		if d.gossip != nil {
 			d.gossip.node.Stop(context.Background())
 		}

@@ -79,6 +79,7 @@ func needsRestart(cur, next config.Config) []string {
 	check("gossip.bind", cur.Gossip.Bind, next.Gossip.Bind)
 	check("gossip.peers (on or off)", len(cur.Gossip.Peers) > 0, len(next.Gossip.Peers) > 0)
 	check("admin.http", cur.Admin.HTTP, next.Admin.HTTP)
+	check("admin.pprof", cur.Admin.Pprof, next.Admin.Pprof)
 	check("log.format", cur.Log.Format, next.Log.Format)
 	return keys
 }
