@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -29,10 +30,11 @@ func scaleTags(n int) (tags, queries [][]byte) {
 }
 
 // filledTable returns a table already tracking every tag, with room to
-// spare so that nothing is evicted, under a policy that serves every
+// spare so that nothing is evicted (and as many shards as a daemon on
+// the default max_tags has), under a policy that serves every
 // query: each decision does the full work of a served hit.
 func filledTable(b *testing.B, tags [][]byte) *Table {
-	tb := newTestTable(b, Policy{Rate: 0.01, Burst: 1e6}, max(2*len(tags), 1024))
+	tb := newTestTable(b, Policy{Rate: 0.01, Burst: 1e6}, max(2*len(tags), 1<<20))
 	now := time.Now()
 	for _, tag := range tags {
 		tb.Allow(now, tag)
@@ -194,5 +196,36 @@ func BenchmarkDrain(b *testing.B) {
 		if hits = tb.Drain(hits[:0]); len(hits) != n {
 			b.Fatalf("drained %d tags, want %d", len(hits), n)
 		}
+	}
+}
+
+// BenchmarkDecisionBatchParallel is BenchmarkDecisionBatch from every CPU
+// at once over the same table, as the line server's connections ask it:
+// each CPU's decisions now find the records, the index slots and the
+// shards' locks last written by another CPU. One op is one decision.
+func BenchmarkDecisionBatchParallel(b *testing.B) {
+	const batch = 64
+	for _, n := range scaleSizes {
+		b.Run(strconv.Itoa(n)+"tags", func(b *testing.B) {
+			tb, queries := filledQueries(b, n)
+			now := time.Now()
+			var start atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				ok := make([]bool, batch)
+				// Each goroutine starts at its own place in the queries.
+				j := int(start.Add(int64(n/3))) % n
+				for pb.Next() {
+					if j%batch == 0 {
+						if j+batch > n {
+							j = 0
+						}
+						tb.AllowBatch(now, queries[j:j+batch], ok)
+					}
+					j++
+				}
+			})
+		})
 	}
 }

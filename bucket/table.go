@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,17 +97,30 @@ type Table struct {
 // throttling daemon runs on, and few enough that draining stays cheap.
 const maxShards = 64
 
+// shardLimit is how many shards a table may have: four per CPU the
+// process may use, a power of two, at most maxShards. More would not cut
+// lock contention further, and fewer shards mean a pipelined batch
+// (AllowBatch) finds more of its queries under each lock it takes, and
+// the CPUs pass fewer locks' cache lines between them.
+var shardLimit = func() int {
+	n := 1
+	for n < maxShards && n < 4*runtime.GOMAXPROCS(0) {
+		n *= 2
+	}
+	return n
+}()
+
 // New returns an empty table.
 func New(cfg Config) (*Table, error) {
 	set, err := checkConfig(cfg, nil)
 	if err != nil {
 		return nil, err
 	}
-	// One shard per 1024 tags of capacity, a power of two, at most maxShards:
+	// One shard per 1024 tags of capacity, a power of two, at most shardLimit:
 	// small tables have one shard, so their eviction order is exact. The
 	// number of shards stays as created.
 	n := 1
-	for n*2 <= maxShards && n*2*1024 <= cfg.MaxTags {
+	for n*2 <= shardLimit && n*2*1024 <= cfg.MaxTags {
 		n *= 2
 	}
 	t := &Table{shards: make([]shard, n), shift: uint(64 - bits.TrailingZeros(uint(n))), seed: maphash.MakeSeed()}
