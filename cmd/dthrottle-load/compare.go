@@ -43,7 +43,8 @@ type compareFlags struct {
 	redis          string
 	rpid           int
 	stdout, stderr io.Writer
-	echo, dt, rs   *system // rs is nil without -redis
+	echo, mp, dt   *system
+	rs             *system // nil without -redis
 }
 
 func cmdCompare(args []string, stdout, stderr io.Writer) error {
@@ -79,19 +80,25 @@ func cmdCompare(args []string, stdout, stderr io.Writer) error {
 		}
 		cf.rs = &system{name: "redis+lua", network: network, addr: addr, proto: newRedisProto(cf.rate, cf.burst), pid: cf.rpid}
 	}
-	echo, stop, err := startEcho()
+	echo, stop, err := startEcho("echo")
 	if err != nil {
 		return err
 	}
 	defer stop()
 	cf.echo = echo
+	mp, stop, err := startEcho("map+mutex", "-map", "-rate", fmt.Sprint(cf.rate), "-burst", fmt.Sprint(cf.burst))
+	if err != nil {
+		return err
+	}
+	defer stop()
+	cf.mp = mp
 	return cf.compare()
 }
 
-// startEcho starts this program's echo server as a child process on a
-// temporary Unix socket, so that it runs, like the others, in a process of
-// its own; stop ends it.
-func startEcho() (_ *system, stop func(), err error) {
+// startEcho starts this program's echo server, with args, as a child
+// process on a temporary Unix socket, so that it runs, like the others, in
+// a process of its own; stop ends it.
+func startEcho(name string, args ...string) (_ *system, stop func(), err error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, nil, err
@@ -101,7 +108,7 @@ func startEcho() (_ *system, stop func(), err error) {
 		return nil, nil, err
 	}
 	sock := filepath.Join(dir, "echo.sock")
-	cmd := exec.Command(exe, "echo", "-listen", "unix:"+sock)
+	cmd := exec.Command(exe, append([]string{"echo", "-listen", "unix:" + sock}, args...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
@@ -120,17 +127,17 @@ func startEcho() (_ *system, stop func(), err error) {
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return nil, nil, fmt.Errorf("echo server did not start: %w", err)
+			return nil, nil, fmt.Errorf("%s server did not start: %w", name, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return &system{name: "echo", network: "unix", addr: sock, proto: lineProto{}, pid: cmd.Process.Pid}, stop, nil
+	return &system{name: name, network: "unix", addr: sock, proto: lineProto{}, pid: cmd.Process.Pid}, stop, nil
 }
 
 // compare runs every scenario cf.runs times, the systems interleaved
 // (their order rotating from run to run), and prints the medians.
 func (cf *compareFlags) compare() error {
-	systems := []*system{cf.echo, cf.dt}
+	systems := []*system{cf.echo, cf.mp, cf.dt}
 	if cf.rs != nil {
 		systems = append(systems, cf.rs)
 	}
@@ -218,7 +225,7 @@ func (cf *compareFlags) table(scens []scenario, systems []*system, results map[s
 	for _, s := range systems {
 		fmt.Fprintf(w, " %s |", s.name)
 	}
-	fmt.Fprint(w, " dthrottled / echo (target) |")
+	fmt.Fprint(w, " dthrottled / echo (target) | map+mutex / echo |")
 	if cf.rs != nil {
 		fmt.Fprint(w, " redis / echo | dthrottled / redis |")
 	}
@@ -226,7 +233,7 @@ func (cf *compareFlags) table(scens []scenario, systems []*system, results map[s
 	for range systems {
 		fmt.Fprint(w, "---|")
 	}
-	fmt.Fprint(w, "---|")
+	fmt.Fprint(w, "---|---|")
 	if cf.rs != nil {
 		fmt.Fprint(w, "---|---|")
 	}
@@ -244,7 +251,7 @@ func (cf *compareFlags) table(scens []scenario, systems []*system, results map[s
 		if ratio < sc.target {
 			verdict = "MISSED"
 		}
-		fmt.Fprintf(w, " **%.2fx** (>= %.2fx: %s) |", ratio, sc.target, verdict)
+		fmt.Fprintf(w, " **%.2fx** (>= %.2fx: %s) | %.2fx |", ratio, sc.target, verdict, med[cf.mp.name].Rate()/med["echo"].Rate())
 		if cf.rs != nil {
 			r := med[cf.rs.name].Rate()
 			fmt.Fprintf(w, " %.2fx | %.1fx |", r/med["echo"].Rate(), med["dthrottled"].Rate()/r)

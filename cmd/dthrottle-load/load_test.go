@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -178,3 +179,36 @@ func BenchmarkServerTable(b *testing.B) {
 type oneByOne struct{ t *bucket.Table }
 
 func (d oneByOne) Decide(now time.Time, tag []byte) bool { return d.t.Allow(now, tag) }
+
+// TestMapTable checks the map+mutex reference against DESIGN.md §2: a
+// burst, then refusals, then one token back per 1/rate.
+func TestMapTable(t *testing.T) {
+	m := newMapTable(2, 3) // 2 tokens/s, burst 3
+	const s = int64(time.Second)
+	var got []bool
+	for _, at := range []int64{0, 0, 0, 0, s / 4, s / 2, s / 2, 10 * s, 10 * s, 10 * s, 10 * s} {
+		got = append(got, m.decide(at, []byte("a")))
+	}
+	want := []bool{true, true, true, false, false, true, false, true, true, true, false}
+	if !slices.Equal(got, want) {
+		t.Fatalf("decisions %v, want %v", got, want)
+	}
+	if !m.decide(0, []byte("b")) {
+		t.Fatal("another tag has its own bucket")
+	}
+}
+
+// TestLoadAgainstMap runs a load against the map+mutex server with a
+// burst of 2: every tag is served twice, then refused.
+func TestLoadAgainstMap(t *testing.T) {
+	l := listenUnix(t)
+	go serveLines(l, newMapTable(1e-6, 2))
+	res, err := Load{Network: "unix", Addr: l.Addr().String(), Proto: lineProto{}, Conns: 2, Depth: 8,
+		Tags: 100, NS: 'a', Duration: 100 * time.Millisecond}.Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Queries <= 200 || res.OK > 200 {
+		t.Fatalf("%d queries, %d OK: want more than 200 queries and at most 2 OK per tag", res.Queries, res.OK)
+	}
+}

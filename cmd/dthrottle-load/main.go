@@ -25,6 +25,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 )
@@ -75,6 +76,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	burst := fs.Int("burst", 1000000, "redis: bucket capacity")
 	warmup := fs.Duration("warmup", 300*time.Millisecond, "load before measuring")
 	dur := fs.Duration("duration", 3*time.Second, "measured time")
+	cpuProfile := fs.String("cpuprofile", "", "write the load tool's own CPU profile to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -96,6 +98,17 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	res, err := Load{Network: network, Addr: a, Proto: p, Conns: *conns, Depth: *depth, Tags: *tags,
 		NS: 'r', Warmup: *warmup, Duration: *dur}.Run()
 	if err != nil {
@@ -106,11 +119,15 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// cmdEcho serves the echo server on -listen until SIGTERM or SIGINT.
+// cmdEcho serves the echo server, or with -map the map+mutex table, on
+// -listen until SIGTERM or SIGINT.
 func cmdEcho(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("echo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("listen", "", "unix:/path or tcp:host:port")
+	withMap := fs.Bool("map", false, "decide from a Go map behind a mutex instead of answering OK")
+	rate := fs.Float64("rate", 0.01, "-map: tokens per second")
+	burst := fs.Int("burst", 1000000, "-map: bucket capacity")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -128,5 +145,9 @@ func cmdEcho(args []string, stderr io.Writer) error {
 		<-sigs
 		l.Close()
 	}()
-	return serveEcho(l)
+	var table *mapTable
+	if *withMap {
+		table = newMapTable(*rate, *burst)
+	}
+	return serveLines(l, table)
 }

@@ -13,13 +13,58 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // serveEcho is the I/O ceiling: a plain Go line server that reads like
 // dthrottled (a 4 KiB buffer, every complete line answered, one write per
 // read) but replies a fixed "OK\n" to every line without deciding
 // anything.
-func serveEcho(l net.Listener) error {
+func serveEcho(l net.Listener) error { return serveLines(l, nil) }
+
+// mapTable is the table a first attempt would write, the calibration of
+// DESIGN.md §8: a Go map from tag to bucket behind one mutex, the bucket
+// of DESIGN.md §2 (tokens and the time they were counted) in float64.
+type mapTable struct {
+	mu      sync.Mutex
+	buckets map[string]*mapBucket
+	rate    float64 // tokens per nanosecond
+	burst   float64
+}
+
+type mapBucket struct {
+	tokens float64
+	last   int64 // Unix nanoseconds
+}
+
+func newMapTable(rate float64, burst int) *mapTable {
+	return &mapTable{buckets: map[string]*mapBucket{}, rate: rate / 1e9, burst: float64(burst)}
+}
+
+// decide answers one query at now (Unix nanoseconds).
+func (m *mapTable) decide(now int64, tag []byte) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.buckets[string(tag)]
+	if b == nil {
+		b = &mapBucket{tokens: m.burst, last: now}
+		m.buckets[string(tag)] = b
+	}
+	if now > b.last {
+		b.tokens = min(m.burst, b.tokens+float64(now-b.last)*m.rate)
+		b.last = now
+	}
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// serveLines serves the line protocol on l, answering every line OK when
+// table is nil, else as table decides.
+func serveLines(l net.Listener, table *mapTable) error {
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -28,11 +73,11 @@ func serveEcho(l net.Listener) error {
 			}
 			return err
 		}
-		go echoConn(c)
+		go lineConn(c, table)
 	}
 }
 
-func echoConn(c net.Conn) {
+func lineConn(c net.Conn, table *mapTable) {
 	defer c.Close()
 	buf := make([]byte, 4<<10)
 	out := make([]byte, 0, 4<<10)
@@ -47,13 +92,21 @@ func echoConn(c net.Conn) {
 		}
 		n, err := c.Read(buf[w:])
 		w += n
+		var now int64
+		if table != nil {
+			now = time.Now().UnixNano()
+		}
 		for {
 			i := bytes.IndexByte(buf[r:w], '\n')
 			if i < 0 {
 				break
 			}
+			if table == nil || table.decide(now, buf[r:r+i]) {
+				out = append(out, "OK\n"...)
+			} else {
+				out = append(out, "NO\n"...)
+			}
 			r += i + 1
-			out = append(out, "OK\n"...)
 		}
 		if r == w {
 			r, w = 0, 0
