@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -186,9 +189,27 @@ func (cf *compareFlags) rounds(scens []scenario, systems []*system, results map[
 	return nil
 }
 
+// measure runs one load against sys and also notes the CPU time the
+// server and this program spent per decision, warm-up included.
 func (cf *compareFlags) measure(sys *system, sc scenario) (Result, error) {
-	return Load{Network: sys.network, Addr: sys.addr, Proto: sys.proto, Conns: sc.conns, Depth: sc.depth,
+	srv0, srvErr := cpuTime(sys.pid)
+	self0, selfErr := cpuTime(os.Getpid())
+	start := time.Now()
+	res, err := Load{Network: sys.network, Addr: sys.addr, Proto: sys.proto, Conns: sc.conns, Depth: sc.depth,
 		Tags: sc.tags, NS: sc.ns, Warmup: cf.warmup, Duration: cf.dur}.Run()
+	if err != nil {
+		return res, err
+	}
+	decisions := res.Rate() * time.Since(start).Seconds()
+	srv1, srvErr1 := cpuTime(sys.pid)
+	self1, selfErr1 := cpuTime(os.Getpid())
+	if sys.pid != 0 && srvErr == nil && srvErr1 == nil && decisions > 0 {
+		res.ServerCPU = time.Duration(float64(srv1-srv0) / decisions)
+	}
+	if selfErr == nil && selfErr1 == nil && decisions > 0 {
+		res.LoadCPU = time.Duration(float64(self1-self0) / decisions)
+	}
+	return res, nil
 }
 
 // prefill asks every system about every tag of sc once, and returns a
@@ -258,6 +279,26 @@ func (cf *compareFlags) table(scens []scenario, systems []*system, results map[s
 		}
 		fmt.Fprintln(w)
 	}
+	// The two processes share the machine's CPUs, so a server's CPU time
+	// per decision, and the load tool's while it drives that server, say
+	// where the throughput went.
+	fmt.Fprint(w, "\nCPU time per decision, medians (server / load tool):\n\n| load |")
+	for _, s := range systems {
+		fmt.Fprintf(w, " %s |", s.name)
+	}
+	fmt.Fprint(w, "\n|---|")
+	for range systems {
+		fmt.Fprint(w, "---|")
+	}
+	fmt.Fprintln(w)
+	for _, sc := range scens {
+		fmt.Fprintf(w, "| %s |", sc.name)
+		for _, s := range systems {
+			m := median(results[sc.name][s.name])
+			fmt.Fprintf(w, " %v / %v |", m.ServerCPU.Round(time.Nanosecond), m.LoadCPU.Round(time.Nanosecond))
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // scalingTable measures dthrottled against echo at growing tag counts.
@@ -303,14 +344,50 @@ func median(rs []Result) Result {
 		return v[len(v)/2]
 	}
 	return Result{
-		Queries: uint64(pick(func(r Result) float64 { return r.Rate() })),
-		Elapsed: time.Second,
-		P50:     time.Duration(pick(func(r Result) float64 { return float64(r.P50) })),
-		P99:     time.Duration(pick(func(r Result) float64 { return float64(r.P99) })),
+		Queries:   uint64(pick(func(r Result) float64 { return r.Rate() })),
+		Elapsed:   time.Second,
+		P50:       time.Duration(pick(func(r Result) float64 { return float64(r.P50) })),
+		P99:       time.Duration(pick(func(r Result) float64 { return float64(r.P99) })),
+		ServerCPU: time.Duration(pick(func(r Result) float64 { return float64(r.ServerCPU) })),
+		LoadCPU:   time.Duration(pick(func(r Result) float64 { return float64(r.LoadCPU) })),
 	}
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// cpuTime returns the user and system CPU time process pid has used.
+func cpuTime(pid int) (time.Duration, error) {
+	if pid == 0 {
+		return 0, errors.New("no process id")
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: count fields
+	// after its closing parenthesis. utime and stime are fields 14 and 15.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// clockTicks is the unit of /proc/PID/stat's times (USER_HZ), 100 on
+// Linux's every architecture.
+const clockTicks = 100
 
 // rate formats decisions per second as 5.37M, 198k.
 func rate(r float64) string {

@@ -78,6 +78,9 @@ type Result struct {
 	OK       uint64        // of which OK
 	Elapsed  time.Duration // the measured window
 	P50, P99 time.Duration // round trip of one batch of Depth requests
+	// Set by compare: CPU time per decision of the server and of the load
+	// tool, warm-up included; 0 when unknown.
+	ServerCPU, LoadCPU time.Duration
 }
 
 // Rate is the replies per second.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -210,5 +211,29 @@ func TestLoadAgainstMap(t *testing.T) {
 	}
 	if res.Queries <= 200 || res.OK > 200 {
 		t.Fatalf("%d queries, %d OK: want more than 200 queries and at most 2 OK per tag", res.Queries, res.OK)
+	}
+}
+
+// TestCPUTime reads this process's CPU time, which grows as it works.
+func TestCPUTime(t *testing.T) {
+	if _, err := cpuTime(0); err == nil {
+		t.Fatal("cpuTime(0) gave no error")
+	}
+	before, err := cpuTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := uint64(1)
+	for start := time.Now(); time.Since(start) < 100*time.Millisecond; {
+		for range 1000 {
+			x = x*6364136223846793005 + 1
+		}
+	}
+	after, err := cpuTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := after - before; d < 50*time.Millisecond || d > 10*time.Second {
+		t.Fatalf("100ms of work took %v of CPU time (x %d)", d, x)
 	}
 }
