@@ -9,6 +9,7 @@
 #
 #   bench/compare.sh                 # the three scenarios, 3 interleaved runs
 #   bench/compare.sh -scaling        # also 1k / 100k / 1M tags x 1, 32, 4x64
+#   bench/compare.sh -sensitivity    # also echo servers spending 10-100 ns of CPU per query
 #   RATE=1 BURST=10 bench/compare.sh # a realistic policy: mostly NO
 #
 # Extra arguments go to `dthrottle-load compare` (see -h). Needs

@@ -39,6 +39,7 @@ type compareFlags struct {
 	warmup, dur    time.Duration
 	big            int
 	scaling        bool
+	sensitivity    bool
 	rate           float64
 	burst          int
 	dthrottle      string
@@ -63,6 +64,7 @@ func cmdCompare(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cf.dur, "duration", 2*time.Second, "measured time of each run")
 	fs.IntVar(&cf.big, "big", 1000000, "distinct tags of the last scenario, prefilled")
 	fs.BoolVar(&cf.scaling, "scaling", false, "also measure dthrottled against echo at 1k, 100k and -big tags")
+	fs.BoolVar(&cf.sensitivity, "sensitivity", false, "also measure echo servers that spend 10 to 100 ns of CPU per query against plain echo")
 	fs.Float64Var(&cf.rate, "rate", 0.01, "the rate dthrottled is configured with, for the Redis script")
 	fs.IntVar(&cf.burst, "burst", 1000000, "the burst dthrottled is configured with, for the Redis script")
 	if err := fs.Parse(args); err != nil {
@@ -163,7 +165,40 @@ func (cf *compareFlags) compare() error {
 	cf.table(append(small, big...), systems, results)
 	fmt.Fprint(cf.stdout, mem)
 	if cf.scaling {
-		return cf.scalingTable()
+		if err := cf.scalingTable(); err != nil {
+			return err
+		}
+	}
+	if cf.sensitivity {
+		return cf.sensitivityTable(small[1])
+	}
+	return nil
+}
+
+// sensitivityTable measures, under load sc, echo servers that spend a
+// fixed CPU time on every query and do nothing else: what a decision of
+// that cost does to the ratio against echo, whatever the table.
+func (cf *compareFlags) sensitivityTable(sc scenario) error {
+	systems := []*system{cf.echo}
+	for _, d := range []time.Duration{10, 30, 100} {
+		sys, stop, err := startEcho(fmt.Sprintf("echo, %v per query", d), "-burn", d.String())
+		if err != nil {
+			return err
+		}
+		defer stop()
+		systems = append(systems, sys)
+	}
+	res := map[string]map[string][]Result{}
+	if err := cf.rounds([]scenario{sc}, systems, res); err != nil {
+		return err
+	}
+	w := cf.stdout
+	fmt.Fprintf(w, "\nEcho servers spending CPU on every query, %s, median of %d interleaved runs:\n\n| server | decisions/s | / echo | CPU per decision (server / load tool) |\n|---|---|---|---|\n", sc.name, cf.runs)
+	echo := median(res[sc.name][cf.echo.name])
+	for _, sys := range systems {
+		m := median(res[sc.name][sys.name])
+		fmt.Fprintf(w, "| %s | %s/s | %.2fx | %v / %v |\n", sys.name, rate(m.Rate()), m.Rate()/echo.Rate(),
+			m.ServerCPU.Round(time.Nanosecond), m.LoadCPU.Round(time.Nanosecond))
 	}
 	return nil
 }

@@ -203,7 +203,7 @@ func TestMapTable(t *testing.T) {
 // burst of 2: every tag is served twice, then refused.
 func TestLoadAgainstMap(t *testing.T) {
 	l := listenUnix(t)
-	go serveLines(l, newMapTable(1e-6, 2))
+	go serveLines(l, newMapTable(1e-6, 2).decide)
 	res, err := Load{Network: "unix", Addr: l.Addr().String(), Proto: lineProto{}, Conns: 2, Depth: 8,
 		Tags: 100, NS: 'a', Duration: 100 * time.Millisecond}.Run()
 	if err != nil {
@@ -235,5 +235,28 @@ func TestCPUTime(t *testing.T) {
 	}
 	if d := after - before; d < 50*time.Millisecond || d > 10*time.Second {
 		t.Fatalf("100ms of work took %v of CPU time (x %d)", d, x)
+	}
+}
+
+// TestBurner spends about the CPU time asked for on every query.
+func TestBurner(t *testing.T) {
+	decide := burner(200 * time.Microsecond)
+	before, err := cpuTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 500 {
+		if !decide(0, []byte("a")) {
+			t.Fatal("a burner said NO")
+		}
+	}
+	after, err := cpuTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 500 x 200 µs = 100 ms, within the 10 ms ticks of the clock and the
+	// machine's moods.
+	if d := after - before; d < 50*time.Millisecond || d > 400*time.Millisecond {
+		t.Fatalf("500 queries burning 200µs each took %v of CPU time", d)
 	}
 }

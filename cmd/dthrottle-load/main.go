@@ -119,8 +119,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// cmdEcho serves the echo server, or with -map the map+mutex table, on
-// -listen until SIGTERM or SIGINT.
+// cmdEcho serves the echo server, or with -map the map+mutex table, or
+// with -burn the echo server spending CPU on every query, on -listen until
+// SIGTERM or SIGINT.
 func cmdEcho(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("echo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -128,6 +129,7 @@ func cmdEcho(args []string, stderr io.Writer) error {
 	withMap := fs.Bool("map", false, "decide from a Go map behind a mutex instead of answering OK")
 	rate := fs.Float64("rate", 0.01, "-map: tokens per second")
 	burst := fs.Int("burst", 1000000, "-map: bucket capacity")
+	burn := fs.Duration("burn", 0, "spend this much CPU time on every query, then answer OK (a calibration)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -145,9 +147,14 @@ func cmdEcho(args []string, stderr io.Writer) error {
 		<-sigs
 		l.Close()
 	}()
-	var table *mapTable
-	if *withMap {
-		table = newMapTable(*rate, *burst)
+	var decide decideFunc
+	switch {
+	case *withMap && *burn > 0:
+		return errors.New("-map and -burn exclude each other")
+	case *withMap:
+		decide = newMapTable(*rate, *burst).decide
+	case *burn > 0:
+		decide = burner(*burn)
 	}
-	return serveLines(l, table)
+	return serveLines(l, decide)
 }

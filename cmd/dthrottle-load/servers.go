@@ -23,6 +23,43 @@ import (
 // anything.
 func serveEcho(l net.Listener) error { return serveLines(l, nil) }
 
+// decideFunc answers one query at now (Unix nanoseconds).
+type decideFunc func(now int64, tag []byte) bool
+
+// burner is the echo server's calibration: a decision that does nothing
+// but spend a fixed CPU time, to show what a decision of that cost, and
+// nothing else, does to the ratio against echo.
+func burner(d time.Duration) decideFunc {
+	n := int(float64(d) * spinsPerNs())
+	return func(int64, []byte) bool {
+		spinSink = spin(spinSink, n)
+		return true
+	}
+}
+
+var spinSink uint64
+
+// spin runs n steps of a chain of dependent multiply-adds, which no CPU
+// can overlap or skip.
+func spin(x uint64, n int) uint64 {
+	for range n {
+		x = x*6364136223846793005 + 1442695040888963407
+	}
+	return x
+}
+
+// spinsPerNs measures how many spin steps this CPU runs per nanosecond.
+func spinsPerNs() float64 {
+	const steps = 1 << 22
+	best := time.Duration(1<<63 - 1)
+	for range 5 {
+		start := time.Now()
+		spinSink = spin(spinSink, steps)
+		best = min(best, time.Since(start))
+	}
+	return steps / float64(best.Nanoseconds())
+}
+
 // mapTable is the table a first attempt would write, the calibration of
 // DESIGN.md §8: a Go map from tag to bucket behind one mutex, the bucket
 // of DESIGN.md §2 (tokens and the time they were counted) in float64.
@@ -63,8 +100,8 @@ func (m *mapTable) decide(now int64, tag []byte) bool {
 }
 
 // serveLines serves the line protocol on l, answering every line OK when
-// table is nil, else as table decides.
-func serveLines(l net.Listener, table *mapTable) error {
+// decide is nil, else as decide says.
+func serveLines(l net.Listener, decide decideFunc) error {
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -73,11 +110,11 @@ func serveLines(l net.Listener, table *mapTable) error {
 			}
 			return err
 		}
-		go lineConn(c, table)
+		go lineConn(c, decide)
 	}
 }
 
-func lineConn(c net.Conn, table *mapTable) {
+func lineConn(c net.Conn, decide decideFunc) {
 	defer c.Close()
 	buf := make([]byte, 4<<10)
 	out := make([]byte, 0, 4<<10)
@@ -93,7 +130,7 @@ func lineConn(c net.Conn, table *mapTable) {
 		n, err := c.Read(buf[w:])
 		w += n
 		var now int64
-		if table != nil {
+		if decide != nil {
 			now = time.Now().UnixNano()
 		}
 		for {
@@ -101,7 +138,7 @@ func lineConn(c net.Conn, table *mapTable) {
 			if i < 0 {
 				break
 			}
-			if table == nil || table.decide(now, buf[r:r+i]) {
+			if decide == nil || decide(now, buf[r:r+i]) {
 				out = append(out, "OK\n"...)
 			} else {
 				out = append(out, "NO\n"...)
