@@ -29,7 +29,13 @@ func (t *Table) AllowBatch(now time.Time, tags [][]byte, ok []bool) {
 	}
 	for len(tags) > 0 {
 		n := min(len(tags), batchMax)
-		t.allowBatch(now, tags[:n], ok[:n])
+		if !t.allowBatch(now, tags[:n], ok[:n]) {
+			// A tag long enough to be keyed by a digest: decide in order,
+			// one by one (see allowBatch).
+			for i, tag := range tags[:n] {
+				ok[i] = t.Allow(now, tag)
+			}
+		}
 		tags, ok = tags[n:], ok[n:]
 	}
 }
@@ -55,12 +61,15 @@ const (
 var lookAheadSlots int64 = 1 << 12
 
 // allowBatch decides up to batchMax queries. It answers the ones no shard
-// needs at once (empty tags, allow and deny policies) and hands long tags
-// to Allow; the rest it sorts by shard, keeping their order within each
-// shard, and decides shard by shard, taking each shard's lock once. Only
-// queries for the same key depend on each other's order, and those share
-// a shard.
-func (t *Table) allowBatch(now time.Time, tags [][]byte, ok []bool) {
+// needs at once (empty tags, allow and deny policies); the rest it sorts
+// by shard, keeping their order within each shard, and decides shard by
+// shard, taking each shard's lock once. That gives the answers Allow would
+// give in order: queries in different shards do not affect each other
+// (each shard inserts, sweeps and evicts on its own), and the order within
+// a shard is kept. A tag longer than the table keeps verbatim is keyed by
+// a digest that allowBatch does not compute: it then decides nothing and
+// reports false, and the caller decides the batch one by one.
+func (t *Table) allowBatch(now time.Time, tags [][]byte, ok []bool) bool {
 	var (
 		hs     [batchMax]uint64
 		pis    [batchMax]uint16 // policy index of each limited query
@@ -72,9 +81,14 @@ func (t *Table) allowBatch(now time.Time, tags [][]byte, ok []bool) {
 	set := t.policies.Load()
 	ahead := t.slots.Load() >= lookAheadSlots
 	limited := 0
+	for _, tag := range tags {
+		if len(tag) > long {
+			return false
+		}
+	}
 	for j, tag := range tags {
-		if len(tag) == 0 || len(tag) > long {
-			ok[j] = t.Allow(now, tag)
+		if len(tag) == 0 {
+			ok[j] = true
 			continue
 		}
 		pi := match(*set, tag)
@@ -88,7 +102,7 @@ func (t *Table) allowBatch(now time.Time, tags [][]byte, ok []bool) {
 		limited++
 	}
 	if limited == 0 {
-		return
+		return true
 	}
 	// counts[i] becomes where shard i's queries start in order.
 	for i := 1; i <= len(t.shards); i++ {
@@ -144,6 +158,7 @@ func (t *Table) allowBatch(now time.Time, tags [][]byte, ok []bool) {
 		}
 		s.mu.Unlock()
 	}
+	return true
 }
 
 // prefetchRecord starts loading into the cache, for writing, the record

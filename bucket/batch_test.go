@@ -145,3 +145,63 @@ func TestAllowBatchConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestAllowBatchMatchesAllowEvicting is TestAllowBatchMatchesAllow on
+// tables far smaller than the tags asked, one shard and several, hashing
+// alike: every batch inserts, sweeps and evicts, which depends on the
+// order of the queries within a shard. Long (digested) tags are mixed in.
+func TestAllowBatchMatchesAllowEvicting(t *testing.T) {
+	for _, maxTags := range []int{8, 5000} {
+		t.Run(fmt.Sprintf("max-tags=%d", maxTags), func(t *testing.T) {
+			one := newTestTable(t, Policy{Rate: 1, Burst: 3}, maxTags)
+			batched := newTestTable(t, Policy{Rate: 1, Burst: 3}, maxTags)
+			sameSeed(batched, one)
+			rng := rand.New(rand.NewPCG(21, 22))
+			long := strings.Repeat("L", 300)
+			distinct := 3 * maxTags
+			tag := func() []byte {
+				if rng.IntN(20) == 0 {
+					return []byte(fmt.Sprintf("%s%d", long, rng.IntN(distinct)))
+				}
+				return []byte(fmt.Sprintf("t%d", rng.IntN(distinct)))
+			}
+			ok := make([]bool, 150)
+			for step := 0; step < 200; step++ {
+				now := at(float64(step) / 50)
+				tags := make([][]byte, rng.IntN(len(ok)))
+				for i := range tags {
+					tags[i] = tag()
+				}
+				if step%2 == 0 {
+					// Some batches without a long tag, to take the
+					// shard-by-shard path.
+					for i := range tags {
+						if len(tags[i]) > 256 {
+							tags[i] = tags[i][len(tags[i])-6:]
+						}
+					}
+				}
+				batched.AllowBatch(now, tags, ok[:len(tags)])
+				for i, tg := range tags {
+					if want := one.Allow(now, tg); ok[i] != want {
+						t.Fatalf("step %d, query %d (%.10q): batch says %v, Allow %v", step, i, tg, ok[i], want)
+					}
+				}
+			}
+			if got, want := batched.Stats(), one.Stats(); got != want || got.Evictions == 0 {
+				t.Fatalf("stats: batch %+v, one by one %+v (want equal, with evictions)", got, want)
+			}
+			if got, want := formatHits(batched.Drain(nil)), formatHits(one.Drain(nil)); got != want {
+				t.Fatalf("batch table reports %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// sameSeed makes the empty table t hash as model does.
+func sameSeed(t, model *Table) {
+	t.seed = model.seed
+	for i := range t.shards {
+		t.shards[i].seed = model.seed
+	}
+}
