@@ -98,7 +98,8 @@ type Table struct {
 const maxShards = 64
 
 // shardLimit is how many shards a table may have: four per CPU the
-// process may use, a power of two, at most maxShards. More would not cut
+// process may use when the package is initialised, a power of two, at
+// most maxShards. More would not cut
 // lock contention further, and fewer shards mean a pipelined batch
 // (AllowBatch) finds more of its queries under each lock it takes, and
 // the CPUs pass fewer locks' cache lines between them.

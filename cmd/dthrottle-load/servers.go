@@ -11,10 +11,13 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // serveEcho is the I/O ceiling: a plain Go line server that reads like
@@ -28,16 +31,15 @@ type decideFunc func(now int64, tag []byte) bool
 
 // burner is the echo server's calibration: a decision that does nothing
 // but spend a fixed CPU time, to show what a decision of that cost, and
-// nothing else, does to the ratio against echo.
+// nothing else, does to the ratio against echo. It shares nothing between
+// connections.
 func burner(d time.Duration) decideFunc {
 	n := int(float64(d) * spinsPerNs())
-	return func(int64, []byte) bool {
-		spinSink = spin(spinSink, n)
+	return func(now int64, _ []byte) bool {
+		runtime.KeepAlive(spin(uint64(now), n))
 		return true
 	}
 }
-
-var spinSink uint64
 
 // spin runs n steps of a chain of dependent multiply-adds, which no CPU
 // can overlap or skip.
@@ -48,16 +50,29 @@ func spin(x uint64, n int) uint64 {
 	return x
 }
 
-// spinsPerNs measures how many spin steps this CPU runs per nanosecond.
+// spinsPerNs measures how many spin steps this CPU runs per nanosecond of
+// the calling thread's CPU time, so that other processes taking the CPU
+// meanwhile do not skew it.
 func spinsPerNs() float64 {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	const steps = 1 << 22
 	best := time.Duration(1<<63 - 1)
-	for range 5 {
-		start := time.Now()
-		spinSink = spin(spinSink, steps)
-		best = min(best, time.Since(start))
+	for i := range 5 {
+		start := threadCPU()
+		runtime.KeepAlive(spin(uint64(i), steps))
+		best = min(best, max(threadCPU()-start, 1))
 	}
 	return steps / float64(best.Nanoseconds())
+}
+
+// threadCPU returns the CPU time the calling thread has used.
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		panic(err) // Linux has had this clock since 2.6.12
+	}
+	return time.Duration(ts.Nano())
 }
 
 // mapTable is the table a first attempt would write, the calibration of
