@@ -1,0 +1,370 @@
+/* dthrottle_client.c: the connections of one Apache child to dthrottled,
+ * their timeouts and the backoff after a failure. See dthrottle_client.h.
+ *
+ * The query protocol is a line out ("tag\n") and exactly three bytes back
+ * ("OK\n" or "NO\n"), in order, on a stream socket. A connection carries
+ * one query at a time: taken from the child's pool, used, and given back
+ * only after its reply was read in full. Every socket is blocking with
+ * SO_SNDTIMEO and SO_RCVTIMEO set to the query timeout, so a healthy query
+ * costs two system calls (send, recv) and a silent daemon costs at most the
+ * timeout. A connection whose reply did not come in time is closed: its
+ * late reply dies with it.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "apr_network_io.h"
+#include "apr_strings.h"
+#include "httpd.h"
+#include "http_config.h"
+#include "http_log.h"
+
+#include "dthrottle_client.h"
+
+APLOG_USE_MODULE(dthrottle);
+
+/* What one exchange on a connection came to. */
+enum {
+    XR_OK,      /* "OK\n" */
+    XR_NO,      /* "NO\n" */
+    XR_STALE,   /* closed by the daemon before anything was read: try a new one */
+    XR_TIMEOUT, /* no full reply in time */
+    XR_BAD      /* anything else: a reset mid-reply, bytes that are not a reply */
+};
+
+/* dt_now returns a monotonic clock in nanoseconds. */
+static apr_uint64_t dt_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (apr_uint64_t)ts.tv_sec * 1000000000u + (apr_uint64_t)ts.tv_nsec;
+}
+
+const char *dt_target_make(apr_pool_t *p, const char *addr, dt_target **out)
+{
+    dt_target *t = apr_pcalloc(p, sizeof(*t));
+    const char *path = addr;
+
+    t->name = apr_pstrdup(p, addr);
+    if (strncmp(path, "unix:", 5) == 0) {
+        path += 5;
+    }
+    if (path[0] == '/' || path[0] == '@') {
+        struct sockaddr_un *un = (struct sockaddr_un *)&t->addr;
+        apr_size_t n = strlen(path);
+
+        if (n < 2 || n >= sizeof(un->sun_path)) {
+            return apr_psprintf(p, "socket path %s: length must be 2..%d bytes",
+                                path, (int)sizeof(un->sun_path) - 1);
+        }
+        un->sun_family = AF_UNIX;
+        memcpy(un->sun_path, path, n);
+        if (path[0] == '@') {
+            /* An abstract socket: a leading NUL, and no trailing one. */
+            un->sun_path[0] = '\0';
+            t->addrlen = offsetof(struct sockaddr_un, sun_path) + n;
+        }
+        else {
+            t->addrlen = sizeof(*un);
+        }
+        t->family = AF_UNIX;
+    }
+    else {
+        char *host, *scope;
+        apr_port_t port;
+        apr_sockaddr_t *sa;
+        apr_status_t rv = apr_parse_addr_port(&host, &scope, &port, addr, p);
+
+        if (rv != APR_SUCCESS || host == NULL || port == 0 || scope != NULL) {
+            return apr_psprintf(p, "%s is neither a socket path (/path, "
+                                "unix:/path, @abstract) nor host:port", addr);
+        }
+        rv = apr_sockaddr_info_get(&sa, host, APR_UNSPEC, port, 0, p);
+        if (rv != APR_SUCCESS) {
+            char buf[120];
+            return apr_psprintf(p, "resolving %s: %s", host,
+                                apr_strerror(rv, buf, sizeof(buf)));
+        }
+        if ((apr_size_t)sa->salen > sizeof(t->addr)) {
+            return apr_psprintf(p, "resolving %s: address too long", host);
+        }
+        memcpy(&t->addr, &sa->sa, sa->salen);
+        t->addrlen = sa->salen;
+        t->family = sa->family;
+    }
+    *out = t;
+    return NULL;
+}
+
+/* close_idle closes the connections of a child's pool when it exits. */
+static apr_status_t close_idle(void *data)
+{
+    dt_target *t = data;
+
+    while (t->nidle > 0) {
+        close(t->idle[--t->nidle]);
+    }
+    return APR_SUCCESS;
+}
+
+apr_status_t dt_target_child_init(dt_target *t, apr_pool_t *pchild, int cap)
+{
+    apr_status_t rv = apr_thread_mutex_create(&t->mu, APR_THREAD_MUTEX_DEFAULT,
+                                              pchild);
+    if (rv != APR_SUCCESS) {
+        return rv;
+    }
+    t->cap = cap > 0 ? cap : 1;
+    t->idle = apr_pcalloc(pchild, sizeof(int) * t->cap);
+    t->nidle = 0;
+    t->retry_at = 0;
+    t->gen = 0;
+    t->failures = 0;
+    apr_pool_cleanup_register(pchild, t, close_idle, apr_pool_cleanup_null);
+    return APR_SUCCESS;
+}
+
+/* set_timeout bounds each send, recv and connect on fd by us microseconds. */
+static int set_timeout(int fd, apr_interval_time_t us)
+{
+    struct timeval tv;
+
+    if (us < 1) {
+        us = 1;
+    }
+    tv.tv_sec = (time_t)(us / 1000000);
+    tv.tv_usec = (suseconds_t)(us % 1000000);
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0
+        || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
+        return errno;
+    }
+    return 0;
+}
+
+/* dt_connect opens a connection to t within timeout, or returns -1 and
+ * sets *err. */
+static int dt_connect(dt_target *t, apr_interval_time_t timeout, int *err)
+{
+    int fd = socket(t->family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    if (fd < 0) {
+        *err = errno;
+        return -1;
+    }
+    if ((*err = set_timeout(fd, timeout)) != 0) {
+        close(fd);
+        return -1;
+    }
+    if (t->family != AF_UNIX) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    if (connect(fd, (struct sockaddr *)&t->addr, t->addrlen) != 0) {
+        /* A connect cut short by SO_SNDTIMEO says EINPROGRESS. */
+        *err = errno == EINPROGRESS ? ETIMEDOUT : errno;
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* dt_exchange sends one query on fd and reads its reply by deadline. The
+ * socket's timeouts are timeout; when less than that is left, the receive
+ * is shortened, and *shortened set so the connection is reset before reuse. */
+static int dt_exchange(int fd, const char *line, apr_size_t len,
+                       apr_uint64_t deadline, apr_interval_time_t timeout,
+                       int *shortened, int *err)
+{
+    apr_size_t sent = 0, got = 0;
+    char reply[3];
+    apr_uint64_t now;
+
+    while (sent < len) {
+        ssize_t n = send(fd, line + sent, len - sent, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            *err = errno;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                return XR_TIMEOUT;
+            }
+            return sent == 0 ? XR_STALE : XR_BAD;
+        }
+        sent += (apr_size_t)n;
+        if (sent < len && dt_now() >= deadline) {
+            *err = ETIMEDOUT;
+            return XR_TIMEOUT;
+        }
+    }
+    for (;;) {
+        ssize_t n;
+
+        now = dt_now();
+        if (now >= deadline) {
+            *err = ETIMEDOUT;
+            return XR_TIMEOUT;
+        }
+        if ((deadline - now) / 1000 < (apr_uint64_t)timeout * 3 / 4) {
+            /* A new connection or a reply in pieces used part of the time. */
+            *shortened = 1;
+            if ((*err = set_timeout(fd, (apr_interval_time_t)((deadline - now) / 1000))) != 0) {
+                return XR_BAD;
+            }
+        }
+        n = recv(fd, reply + got, sizeof(reply) - got, 0);
+        if (n > 0) {
+            got += (apr_size_t)n;
+            if (got == sizeof(reply)) {
+                break;
+            }
+            continue;
+        }
+        if (n == 0) {
+            *err = ECONNRESET;
+            return got == 0 ? XR_STALE : XR_BAD;
+        }
+        if (errno == EINTR) {
+            continue;
+        }
+        *err = errno;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            return XR_TIMEOUT;
+        }
+        return got == 0 && errno == ECONNRESET ? XR_STALE : XR_BAD;
+    }
+    if (reply[2] == '\n' && reply[0] == 'O' && reply[1] == 'K') {
+        return XR_OK;
+    }
+    if (reply[2] == '\n' && reply[0] == 'N' && reply[1] == 'O') {
+        return XR_NO;
+    }
+    *err = EPROTO;
+    return XR_BAD;
+}
+
+/* backoff returns the pause in nanoseconds after n consecutive failures:
+ * min, doubling, at most max. */
+static apr_uint64_t backoff(int n, apr_interval_time_t min, apr_interval_time_t max)
+{
+    apr_uint64_t d = (apr_uint64_t)min;
+
+    for (; n > 1 && d < (apr_uint64_t)max; n--) {
+        d *= 2;
+    }
+    if (d > (apr_uint64_t)max) {
+        d = (apr_uint64_t)max;
+    }
+    return d * 1000;
+}
+
+dt_answer dt_ask(request_rec *r, dt_target *t, const char *line, apr_size_t len,
+                 apr_interval_time_t timeout, apr_interval_time_t min_backoff,
+                 apr_interval_time_t max_backoff)
+{
+    apr_uint64_t start = dt_now();
+    apr_uint64_t deadline = start + (apr_uint64_t)timeout * 1000;
+    apr_uint64_t gen;
+    int fd = -1, reused = 0, x = XR_BAD, err = 0, shortened = 0, failures;
+
+    apr_thread_mutex_lock(t->mu);
+    if (t->retry_at != 0) {
+        if (start < t->retry_at) {
+            apr_thread_mutex_unlock(t->mu);
+            return DT_BACKOFF;
+        }
+        /* This query is the probe; the others wait for its outcome. */
+        t->retry_at = deadline;
+    }
+    gen = t->gen;
+    if (t->nidle > 0) {
+        fd = t->idle[--t->nidle];
+        reused = 1;
+    }
+    apr_thread_mutex_unlock(t->mu);
+
+    for (;;) {
+        if (fd < 0) {
+            fd = dt_connect(t, timeout, &err);
+            if (fd < 0) {
+                x = XR_BAD;
+                break;
+            }
+        }
+        x = dt_exchange(fd, line, len, deadline, timeout, &shortened, &err);
+        if (x == XR_STALE && reused) {
+            /* The daemon closed this idle connection (a restart): once more
+             * on a new one, within the same deadline. */
+            close(fd);
+            fd = -1;
+            reused = 0;
+            continue;
+        }
+        break;
+    }
+
+    if (x == XR_OK || x == XR_NO) {
+        if (shortened && set_timeout(fd, timeout) != 0) {
+            close(fd);
+            fd = -1;
+        }
+        apr_thread_mutex_lock(t->mu);
+        if (fd >= 0) {
+            if (t->nidle < t->cap) {
+                t->idle[t->nidle++] = fd;
+                fd = -1;
+            }
+        }
+        failures = 0;
+        if (t->retry_at != 0 && gen == t->gen) {
+            failures = t->failures;
+            t->failures = 0;
+            t->retry_at = 0;
+        }
+        apr_thread_mutex_unlock(t->mu);
+        if (fd >= 0) {
+            close(fd);
+        }
+        if (failures > 0) {
+            ap_log_rerror(APLOG_MARK, APLOG_NOTICE, 0, r, DTLOGNO(00010)
+                          "dthrottled at %s answers again, after %d failed "
+                          "attempts", t->name, failures);
+        }
+        return x == XR_OK ? DT_OK : DT_NO;
+    }
+
+    if (fd >= 0) {
+        close(fd);
+    }
+    failures = 0;
+    apr_thread_mutex_lock(t->mu);
+    if (gen == t->gen) {
+        /* One failure per generation: the queries that fail together
+         * count once. The idle connections predate it: drop them. */
+        failures = ++t->failures;
+        t->retry_at = dt_now() + backoff(failures, min_backoff, max_backoff);
+        t->gen++;
+        while (t->nidle > 0) {
+            close(t->idle[--t->nidle]);
+        }
+    }
+    apr_thread_mutex_unlock(t->mu);
+    if (failures == 1) {
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, APR_FROM_OS_ERROR(err), r,
+                      DTLOGNO(00011) "dthrottled at %s unreachable%s: the fail "
+                      "mode answers, and this process retries after a "
+                      "backoff (logged once per outage)", t->name,
+                      x == XR_TIMEOUT ? " (timed out)" : "");
+    }
+    return DT_FAILED;
+}
