@@ -1,14 +1,21 @@
-/* dthrottle_client.c: the connections of one Apache child to dthrottled,
- * their timeouts and the backoff after a failure. See dthrottle_client.h.
+/* dthrottle_client.c: one Apache child's connection to dthrottled, shared
+ * by its threads, with the query timeout and the backoff after a failure.
+ * See dthrottle_client.h.
  *
  * The query protocol is a line out ("tag\n") and exactly three bytes back
- * ("OK\n" or "NO\n"), in order, on a stream socket. A connection carries
- * one query at a time: taken from the child's pool, used, and given back
- * only after its reply was read in full. Every socket is blocking with
- * SO_SNDTIMEO and SO_RCVTIMEO set to the query timeout, so a healthy query
- * costs two system calls (send, recv) and a silent daemon costs at most the
- * timeout. A connection whose reply did not come in time is closed: its
- * late reply dies with it.
+ * ("OK\n" or "NO\n") per line, in order, on a stream socket. A query is
+ * written whole, under the target's lock, and its waiter queued in the
+ * same order; the replies are matched to the waiters in that order. One
+ * thread at a time reads (whichever finds no reader), hands each reply to
+ * its waiter, and passes the reading on when its own reply has come.
+ * A waiter whose deadline passes breaks the connection: every query still
+ * waiting on it fails at once (the fail mode answers), and the next query
+ * opens a new one, so a late reply can never answer a later query.
+ *
+ * The socket is blocking, with SO_SNDTIMEO and SO_RCVTIMEO as the query
+ * timeout: a healthy query costs a send and, for the reader, a recv that
+ * may bring the replies of many. Apache on Linux runs on pthreads, used
+ * here directly for the condition each waiter sleeps on.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -16,7 +23,9 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -33,13 +42,28 @@
 
 APLOG_USE_MODULE(dthrottle);
 
-/* What one exchange on a connection came to. */
-enum {
-    XR_OK,      /* "OK\n" */
-    XR_NO,      /* "NO\n" */
-    XR_STALE,   /* closed by the daemon before anything was read: try a new one */
-    XR_TIMEOUT, /* no full reply in time */
-    XR_BAD      /* anything else: a reset mid-reply, bytes that are not a reply */
+/* A waiter's state. */
+enum { WS_PENDING, WS_OK, WS_NO, WS_FAILED };
+
+/* dt_waiter is one query waiting for its reply, on its thread's stack. */
+typedef struct dt_waiter {
+    struct dt_waiter *next;
+    pthread_cond_t cond;
+    int state;
+} dt_waiter;
+
+/* dt_conn is a connection and the queries waiting on it, in the order they
+ * were written. Guarded by its target's mu. */
+struct dt_conn {
+    int fd;
+    int users;                    /* threads holding it; freed at 0 once broken */
+    int broken;                   /* no longer the target's: closed when unused */
+    int reading;                  /* a thread is in recv on fd */
+    int err;                      /* why it broke */
+    dt_waiter *head, *tail;       /* waiting for replies, oldest first */
+    char partial[2];              /* the start of a reply read in pieces */
+    int npartial;
+    apr_interval_time_t rcvtimeo; /* SO_RCVTIMEO now set on fd, microseconds */
 };
 
 /* dt_now returns a monotonic clock in nanoseconds. */
@@ -106,36 +130,36 @@ const char *dt_target_make(apr_pool_t *p, const char *addr, dt_target **out)
     return NULL;
 }
 
-/* close_idle closes the connections of a child's pool when it exits. */
-static apr_status_t close_idle(void *data)
+/* close_conn closes a child's connection when it exits. */
+static apr_status_t close_conn(void *data)
 {
     dt_target *t = data;
 
-    while (t->nidle > 0) {
-        close(t->idle[--t->nidle]);
+    if (t->conn != NULL) {
+        close(t->conn->fd);
+        t->conn = NULL;
     }
     return APR_SUCCESS;
 }
 
-apr_status_t dt_target_child_init(dt_target *t, apr_pool_t *pchild, int cap)
+apr_status_t dt_target_child_init(dt_target *t, apr_pool_t *pchild)
 {
-    apr_status_t rv = apr_thread_mutex_create(&t->mu, APR_THREAD_MUTEX_DEFAULT,
-                                              pchild);
-    if (rv != APR_SUCCESS) {
-        return rv;
+    int rv = pthread_mutex_init(&t->mu, NULL);
+
+    if (rv != 0) {
+        return APR_FROM_OS_ERROR(rv);
     }
-    t->cap = cap > 0 ? cap : 1;
-    t->idle = apr_pcalloc(pchild, sizeof(int) * t->cap);
-    t->nidle = 0;
+    t->conn = NULL;
     t->retry_at = 0;
     t->gen = 0;
     t->failures = 0;
-    apr_pool_cleanup_register(pchild, t, close_idle, apr_pool_cleanup_null);
+    apr_pool_cleanup_register(pchild, t, close_conn, apr_pool_cleanup_null);
     return APR_SUCCESS;
 }
 
-/* set_timeout bounds each send, recv and connect on fd by us microseconds. */
-static int set_timeout(int fd, apr_interval_time_t us)
+/* set_timeout bounds each send, recv and connect on fd by us microseconds
+ * (which == SO_SNDTIMEO or SO_RCVTIMEO). */
+static int set_timeout(int fd, int which, apr_interval_time_t us)
 {
     struct timeval tv;
 
@@ -144,26 +168,23 @@ static int set_timeout(int fd, apr_interval_time_t us)
     }
     tv.tv_sec = (time_t)(us / 1000000);
     tv.tv_usec = (suseconds_t)(us % 1000000);
-    if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0
-        || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
-        return errno;
-    }
-    return 0;
+    return setsockopt(fd, SOL_SOCKET, which, &tv, sizeof(tv)) == 0 ? 0 : errno;
 }
 
-/* dt_connect opens a connection to t within timeout, or returns -1 and
- * sets *err. */
-static int dt_connect(dt_target *t, apr_interval_time_t timeout, int *err)
+/* conn_open connects to t within timeout, or returns NULL and sets *err. */
+static dt_conn *conn_open(dt_target *t, apr_interval_time_t timeout, int *err)
 {
+    dt_conn *c;
     int fd = socket(t->family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
     if (fd < 0) {
         *err = errno;
-        return -1;
+        return NULL;
     }
-    if ((*err = set_timeout(fd, timeout)) != 0) {
+    if ((*err = set_timeout(fd, SO_SNDTIMEO, timeout)) != 0
+        || (*err = set_timeout(fd, SO_RCVTIMEO, timeout)) != 0) {
         close(fd);
-        return -1;
+        return NULL;
     }
     if (t->family != AF_UNIX) {
         int one = 1;
@@ -173,21 +194,57 @@ static int dt_connect(dt_target *t, apr_interval_time_t timeout, int *err)
         /* A connect cut short by SO_SNDTIMEO says EINPROGRESS. */
         *err = errno == EINPROGRESS ? ETIMEDOUT : errno;
         close(fd);
-        return -1;
+        return NULL;
     }
-    return fd;
+    if ((c = calloc(1, sizeof(*c))) == NULL) {
+        *err = ENOMEM;
+        close(fd);
+        return NULL;
+    }
+    c->fd = fd;
+    c->rcvtimeo = timeout;
+    return c;
 }
 
-/* dt_exchange sends one query on fd and reads its reply by deadline. The
- * socket's timeouts are timeout; when less than that is left, the receive
- * is shortened, and *shortened set so the connection is reset before reuse. */
-static int dt_exchange(int fd, const char *line, apr_size_t len,
-                       apr_uint64_t deadline, apr_interval_time_t timeout,
-                       int *shortened, int *err)
+/* conn_break fails every query waiting on c and takes it from t, so the
+ * next query opens a new connection; a thread in recv on it is woken. */
+static void conn_break(dt_target *t, dt_conn *c, int err)
 {
-    apr_size_t sent = 0, got = 0;
-    char reply[3];
-    apr_uint64_t now;
+    dt_waiter *w;
+
+    if (c->broken) {
+        return;
+    }
+    c->broken = 1;
+    c->err = err;
+    if (t->conn == c) {
+        t->conn = NULL;
+    }
+    for (w = c->head; w != NULL; w = w->next) {
+        w->state = WS_FAILED;
+        pthread_cond_signal(&w->cond);
+    }
+    c->head = c->tail = NULL;
+    if (c->reading) {
+        shutdown(c->fd, SHUT_RDWR);
+    }
+}
+
+/* conn_release lets go of c, closing it if it was the last user of a
+ * broken connection. */
+static void conn_release(dt_conn *c)
+{
+    if (--c->users == 0 && c->broken) {
+        close(c->fd);
+        free(c);
+    }
+}
+
+/* send_all writes the whole query, or returns why not: a query half
+ * written would put the stream out of step. */
+static int send_all(int fd, const char *line, apr_size_t len)
+{
+    apr_size_t sent = 0;
 
     while (sent < len) {
         ssize_t n = send(fd, line + sent, len - sent, MSG_NOSIGNAL);
@@ -195,62 +252,95 @@ static int dt_exchange(int fd, const char *line, apr_size_t len,
             if (errno == EINTR) {
                 continue;
             }
-            *err = errno;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                return XR_TIMEOUT;
-            }
-            return sent == 0 ? XR_STALE : XR_BAD;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? ETIMEDOUT : errno;
         }
         sent += (apr_size_t)n;
-        if (sent < len && dt_now() >= deadline) {
-            *err = ETIMEDOUT;
-            return XR_TIMEOUT;
-        }
     }
-    for (;;) {
-        ssize_t n;
+    return 0;
+}
 
-        now = dt_now();
-        if (now >= deadline) {
-            *err = ETIMEDOUT;
-            return XR_TIMEOUT;
+/* deliver hands the replies in buf to the oldest waiters. It returns
+ * EPROTO for bytes that are not replies, or a reply nobody waits for. */
+static int deliver(dt_conn *c, const char *buf, apr_size_t n)
+{
+    char reply[3];
+    apr_size_t i = 0;
+
+    while (i < n) {
+        dt_waiter *w;
+
+        while (c->npartial < 2 && i < n) {
+            c->partial[c->npartial++] = buf[i++];
         }
-        if ((deadline - now) / 1000 < (apr_uint64_t)timeout * 3 / 4) {
-            /* A new connection or a reply in pieces used part of the time. */
-            *shortened = 1;
-            if ((*err = set_timeout(fd, (apr_interval_time_t)((deadline - now) / 1000))) != 0) {
-                return XR_BAD;
-            }
+        if (i == n) {
+            break;
         }
-        n = recv(fd, reply + got, sizeof(reply) - got, 0);
-        if (n > 0) {
-            got += (apr_size_t)n;
-            if (got == sizeof(reply)) {
-                break;
-            }
-            continue;
+        reply[0] = c->partial[0];
+        reply[1] = c->partial[1];
+        reply[2] = buf[i++];
+        c->npartial = 0;
+        if ((w = c->head) == NULL || reply[2] != '\n') {
+            return EPROTO;
         }
-        if (n == 0) {
-            *err = ECONNRESET;
-            return got == 0 ? XR_STALE : XR_BAD;
+        if (reply[0] == 'O' && reply[1] == 'K') {
+            w->state = WS_OK;
         }
-        if (errno == EINTR) {
-            continue;
+        else if (reply[0] == 'N' && reply[1] == 'O') {
+            w->state = WS_NO;
         }
-        *err = errno;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            return XR_TIMEOUT;
+        else {
+            return EPROTO;
         }
-        return got == 0 && errno == ECONNRESET ? XR_STALE : XR_BAD;
+        if ((c->head = w->next) == NULL) {
+            c->tail = NULL;
+        }
+        pthread_cond_signal(&w->cond);
     }
-    if (reply[2] == '\n' && reply[0] == 'O' && reply[1] == 'K') {
-        return XR_OK;
+    return 0;
+}
+
+/* read_replies reads what has come on c, as the one reader, within the
+ * deadline; called and returning with t->mu held. */
+static void read_replies(dt_target *t, dt_conn *c, apr_uint64_t deadline)
+{
+    char buf[384];
+    apr_uint64_t now = dt_now();
+    apr_interval_time_t left;
+    ssize_t n;
+    int e = 0;
+
+    if (now >= deadline) {
+        conn_break(t, c, ETIMEDOUT);
+        return;
     }
-    if (reply[2] == '\n' && reply[0] == 'N' && reply[1] == 'O') {
-        return XR_NO;
+    /* Set the receive timeout to what is left, when that differs much from
+     * what is set: rarely, since most queries start with all of it. */
+    left = (apr_interval_time_t)((deadline - now) / 1000);
+    if (left < c->rcvtimeo - c->rcvtimeo / 4 || left > c->rcvtimeo + c->rcvtimeo / 4) {
+        if ((e = set_timeout(c->fd, SO_RCVTIMEO, left)) != 0) {
+            conn_break(t, c, e);
+            return;
+        }
+        c->rcvtimeo = left;
     }
-    *err = EPROTO;
-    return XR_BAD;
+    c->reading = 1;
+    pthread_mutex_unlock(&t->mu);
+    do {
+        n = recv(c->fd, buf, sizeof(buf), 0);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        e = errno == EAGAIN || errno == EWOULDBLOCK ? ETIMEDOUT : errno;
+    }
+    pthread_mutex_lock(&t->mu);
+    c->reading = 0;
+    if (n > 0) {
+        if ((e = deliver(c, buf, (apr_size_t)n)) != 0) {
+            conn_break(t, c, e);
+        }
+    }
+    else {
+        conn_break(t, c, n == 0 ? ECONNRESET : e);
+    }
 }
 
 /* backoff returns the pause in nanoseconds after n consecutive failures:
@@ -268,6 +358,36 @@ static apr_uint64_t backoff(int n, apr_interval_time_t min, apr_interval_time_t 
     return d * 1000;
 }
 
+/* wait_reply queues w on c and waits until its reply comes, or the
+ * connection breaks; called and returning with t->mu held. */
+static void wait_reply(dt_target *t, dt_conn *c, dt_waiter *w, apr_uint64_t deadline)
+{
+    struct timespec ts;
+
+    ts.tv_sec = (time_t)(deadline / 1000000000u);
+    ts.tv_nsec = (long)(deadline % 1000000000u);
+    if (c->tail != NULL) {
+        c->tail->next = w;
+    }
+    else {
+        c->head = w;
+    }
+    c->tail = w;
+    while (w->state == WS_PENDING) {
+        if (!c->reading) {
+            read_replies(t, c, deadline);
+        }
+        else if (pthread_cond_clockwait(&w->cond, &t->mu, CLOCK_MONOTONIC, &ts) == ETIMEDOUT
+                 && w->state == WS_PENDING) {
+            conn_break(t, c, ETIMEDOUT);
+        }
+    }
+    /* Pass the reading on to the oldest query still waiting. */
+    if (!c->reading && c->head != NULL) {
+        pthread_cond_signal(&c->head->cond);
+    }
+}
+
 dt_answer dt_ask(request_rec *r, dt_target *t, const char *line, apr_size_t len,
                  apr_interval_time_t timeout, apr_interval_time_t min_backoff,
                  apr_interval_time_t max_backoff)
@@ -275,96 +395,77 @@ dt_answer dt_ask(request_rec *r, dt_target *t, const char *line, apr_size_t len,
     apr_uint64_t start = dt_now();
     apr_uint64_t deadline = start + (apr_uint64_t)timeout * 1000;
     apr_uint64_t gen;
-    int fd = -1, reused = 0, x = XR_BAD, err = 0, shortened = 0, failures;
+    dt_waiter w;
+    dt_conn *c;
+    int err = 0, tries, failures = 0;
 
-    apr_thread_mutex_lock(t->mu);
+    w.next = NULL;
+    w.state = WS_PENDING;
+    pthread_mutex_lock(&t->mu);
     if (t->retry_at != 0) {
         if (start < t->retry_at) {
-            apr_thread_mutex_unlock(t->mu);
+            pthread_mutex_unlock(&t->mu);
             return DT_BACKOFF;
         }
         /* This query is the probe; the others wait for its outcome. */
         t->retry_at = deadline;
     }
     gen = t->gen;
-    if (t->nidle > 0) {
-        fd = t->idle[--t->nidle];
-        reused = 1;
-    }
-    apr_thread_mutex_unlock(t->mu);
+    for (tries = 0; tries < 2 && w.state == WS_PENDING; tries++) {
+        int fresh = t->conn == NULL;
 
-    for (;;) {
-        if (fd < 0) {
-            fd = dt_connect(t, timeout, &err);
-            if (fd < 0) {
-                x = XR_BAD;
-                break;
-            }
+        if (fresh && (t->conn = conn_open(t, timeout, &err)) == NULL) {
+            w.state = WS_FAILED;
+            break;
         }
-        x = dt_exchange(fd, line, len, deadline, timeout, &shortened, &err);
-        if (x == XR_STALE && reused) {
-            /* The daemon closed this idle connection (a restart): once more
-             * on a new one, within the same deadline. */
-            close(fd);
-            fd = -1;
-            reused = 0;
+        c = t->conn;
+        c->users++;
+        if ((err = send_all(c->fd, line, len)) != 0) {
+            conn_break(t, c, err);
+            conn_release(c);
+            /* A connection the daemon closed while it was idle (a restart):
+             * once more, on a new one. */
+            if (fresh || (err != EPIPE && err != ECONNRESET)) {
+                w.state = WS_FAILED;
+            }
             continue;
         }
-        break;
+        pthread_cond_init(&w.cond, NULL);
+        wait_reply(t, c, &w, deadline);
+        pthread_cond_destroy(&w.cond);
+        if (w.state == WS_FAILED) {
+            err = c->err;
+        }
+        conn_release(c);
     }
 
-    if (x == XR_OK || x == XR_NO) {
-        if (shortened && set_timeout(fd, timeout) != 0) {
-            close(fd);
-            fd = -1;
-        }
-        apr_thread_mutex_lock(t->mu);
-        if (fd >= 0) {
-            if (t->nidle < t->cap) {
-                t->idle[t->nidle++] = fd;
-                fd = -1;
-            }
-        }
-        failures = 0;
+    if (w.state == WS_OK || w.state == WS_NO) {
         if (t->retry_at != 0 && gen == t->gen) {
             failures = t->failures;
             t->failures = 0;
             t->retry_at = 0;
         }
-        apr_thread_mutex_unlock(t->mu);
-        if (fd >= 0) {
-            close(fd);
-        }
+        pthread_mutex_unlock(&t->mu);
         if (failures > 0) {
             ap_log_rerror(APLOG_MARK, APLOG_NOTICE, 0, r, DTLOGNO(00010)
                           "dthrottled at %s answers again, after %d failed "
                           "attempts", t->name, failures);
         }
-        return x == XR_OK ? DT_OK : DT_NO;
+        return w.state == WS_OK ? DT_OK : DT_NO;
     }
-
-    if (fd >= 0) {
-        close(fd);
-    }
-    failures = 0;
-    apr_thread_mutex_lock(t->mu);
     if (gen == t->gen) {
         /* One failure per generation: the queries that fail together
-         * count once. The idle connections predate it: drop them. */
+         * count once. */
         failures = ++t->failures;
         t->retry_at = dt_now() + backoff(failures, min_backoff, max_backoff);
         t->gen++;
-        while (t->nidle > 0) {
-            close(t->idle[--t->nidle]);
-        }
     }
-    apr_thread_mutex_unlock(t->mu);
+    pthread_mutex_unlock(&t->mu);
     if (failures == 1) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, APR_FROM_OS_ERROR(err), r,
-                      DTLOGNO(00011) "dthrottled at %s unreachable%s: the fail "
-                      "mode answers, and this process retries after a "
-                      "backoff (logged once per outage)", t->name,
-                      x == XR_TIMEOUT ? " (timed out)" : "");
+                      DTLOGNO(00011) "dthrottled at %s unreachable: the fail "
+                      "mode answers, and this process asks again after a "
+                      "backoff (logged once per outage)", t->name);
     }
     return DT_FAILED;
 }
