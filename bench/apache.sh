@@ -55,7 +55,7 @@ go build -o "$tmp/dthrottle" ./cmd/dthrottle
 mkdir "$tmp/mod"
 cp contrib/apache/*.c contrib/apache/*.h "$tmp/mod/"
 (cd "$tmp/mod" && apxs -c -Wc,-Wall -Wc,-Werror -Wc,-O2 \
-	mod_dthrottle.c dthrottle_client.c dthrottle_status.c >build.log 2>&1) ||
+	mod_dthrottle.c dthrottle_client.c dthrottle_target.c dthrottle_status.c >build.log 2>&1) ||
 	{ cat "$tmp/mod/build.log" >&2; exit 1; }
 
 mkdir -m 755 "$tmp/www"

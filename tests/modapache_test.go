@@ -19,7 +19,7 @@ import (
 )
 
 // modSources are the files of mod_dthrottle, built with apxs.
-var modSources = []string{"mod_dthrottle.c", "dthrottle_client.c", "dthrottle_status.c"}
+var modSources = []string{"mod_dthrottle.c", "dthrottle_client.c", "dthrottle_target.c", "dthrottle_status.c"}
 
 var (
 	modOnce sync.Once

@@ -11,7 +11,8 @@
  * second time.
  *
  * Build and install:
- *   apxs -i -a -c mod_dthrottle.c dthrottle_client.c dthrottle_status.c
+ *   apxs -i -a -c mod_dthrottle.c dthrottle_client.c dthrottle_target.c \
+ *       dthrottle_status.c
  * Directives: see the command table below and README ("Apache module").
  * Counters: SetHandler dthrottle-status, and mod_status's page.
  */
