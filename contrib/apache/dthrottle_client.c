@@ -1,28 +1,19 @@
-/* dthrottle_client.c: one Apache child's connection to dthrottled, shared
- * by its threads, with the query timeout and the backoff after a failure.
- * See dthrottle_client.h.
+/* dthrottle_client.c: the connections of one Apache child to dthrottled,
+ * their timeouts and the backoff after a failure. See dthrottle_client.h.
  *
  * The query protocol is a line out ("tag\n") and exactly three bytes back
- * ("OK\n" or "NO\n") per line, in order, on a stream socket. A query is
- * appended to the connection's output, and its waiter queued, under the
- * target's lock, in the same order; replies are matched to waiters in that
- * order. No system call is made under the lock:
+ * ("OK\n" or "NO\n"), in order, on a stream socket. A connection carries
+ * one query at a time: taken from the child's pool, used, and given back
+ * only after its reply was read in full. Every socket is blocking with
+ * SO_SNDTIMEO and SO_RCVTIMEO set to the query timeout, so a healthy query
+ * costs two system calls (send, recv) and a silent daemon costs at most the
+ * timeout. A connection whose reply did not come in time is closed: its
+ * late reply dies with it.
  *
- *  - sending: the thread that finds nobody sending sends everything
- *    appended so far, and again until nothing is left, so the queries of
- *    threads that arrive meanwhile leave together;
- *  - reading: one waiter at a time (whichever finds no reader) reads,
- *    hands each reply to its waiter, and when its own has come wakes the
- *    oldest waiter to read next; the others sleep on a semaphore.
- *
- * With one thread (prefork) this is a send and a recv per query. When a
- * child is busy its queries travel in batches, and the daemon reads and
- * answers many per system call.
- *
- * A waiter whose deadline passes breaks the connection: every query still
- * waiting on it fails at once (the fail mode answers) and the next query
- * opens a new one, so a late reply can never answer a later query. The
- * socket is blocking, with SO_SNDTIMEO and SO_RCVTIMEO as the timeout.
+ * (Sharing one pipelined connection among a child's threads, so queries
+ * travel in batches, was measured slower: the hand-over of replies between
+ * threads costs the child more than the batches save the daemon. See
+ * README, "Apache module".)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -30,9 +21,6 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <pthread.h>
-#include <semaphore.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -46,31 +34,13 @@
 
 APLOG_USE_MODULE(dthrottle);
 
-/* A waiter's state. */
-enum { WS_PENDING, WS_OK, WS_NO, WS_FAILED };
-
-/* dt_waiter is one query waiting for its reply, on its thread's stack. */
-typedef struct dt_waiter {
-    struct dt_waiter *next;
-    sem_t sem;                    /* posted when state is set, or to read next */
-    int state;
-} dt_waiter;
-
-/* dt_conn is a connection, the queries not yet sent and those waiting for
- * replies, in order. Guarded by its target's mu, but for refs. */
-struct dt_conn {
-    int fd;
-    int refs;                     /* the target's (until broken) and each query's */
-    int broken;                   /* no longer the target's */
-    int err;                      /* why it broke */
-    int sending, reading;         /* a thread is in send, in recv */
-    apr_uint64_t answered;        /* replies read */
-    char *out, *spare;            /* appended queries; the batch being sent */
-    apr_size_t nout, cap, spare_cap;
-    dt_waiter *head, *tail;       /* waiting for replies, oldest first */
-    char partial[2];              /* the start of a reply read in pieces */
-    int npartial;
-    apr_interval_time_t rcvtimeo; /* SO_RCVTIMEO now set on fd, microseconds */
+/* What one exchange on a connection came to. */
+enum {
+    XR_OK,      /* "OK\n" */
+    XR_NO,      /* "NO\n" */
+    XR_STALE,   /* closed by the daemon before anything was read: try a new one */
+    XR_TIMEOUT, /* no full reply in time */
+    XR_BAD      /* anything else: a reset mid-reply, bytes that are not a reply */
 };
 
 /* dt_now returns a monotonic clock in nanoseconds. */
@@ -81,43 +51,36 @@ static apr_uint64_t dt_now(void)
     return (apr_uint64_t)ts.tv_sec * 1000000000u + (apr_uint64_t)ts.tv_nsec;
 }
 
-/* close_conn closes a child's connection when it exits. */
-static apr_status_t close_conn(void *data)
+/* close_idle closes the connections of a child's pool when it exits. */
+static apr_status_t close_idle(void *data)
 {
     dt_target *t = data;
 
-    if (t->conn != NULL) {
-        close(t->conn->fd);
-        t->conn = NULL;
+    while (t->nidle > 0) {
+        close(t->idle[--t->nidle]);
     }
     return APR_SUCCESS;
 }
 
-apr_status_t dt_target_child_init(dt_target *t, apr_pool_t *pchild)
+apr_status_t dt_target_child_init(dt_target *t, apr_pool_t *pchild, int cap)
 {
-    pthread_mutexattr_t attr;
-    int rv;
-
-    /* Held for a few memory operations at a time: spin a little before
-     * sleeping. */
-    pthread_mutexattr_init(&attr);
-    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
-    rv = pthread_mutex_init(&t->mu, &attr);
-    pthread_mutexattr_destroy(&attr);
-    if (rv != 0) {
-        return APR_FROM_OS_ERROR(rv);
+    apr_status_t rv = apr_thread_mutex_create(&t->mu, APR_THREAD_MUTEX_DEFAULT,
+                                              pchild);
+    if (rv != APR_SUCCESS) {
+        return rv;
     }
-    t->conn = NULL;
+    t->cap = cap > 0 ? cap : 1;
+    t->idle = apr_pcalloc(pchild, sizeof(int) * t->cap);
+    t->nidle = 0;
     t->retry_at = 0;
     t->gen = 0;
     t->failures = 0;
-    apr_pool_cleanup_register(pchild, t, close_conn, apr_pool_cleanup_null);
+    apr_pool_cleanup_register(pchild, t, close_idle, apr_pool_cleanup_null);
     return APR_SUCCESS;
 }
 
-/* set_timeout bounds each send, recv and connect on fd by us microseconds
- * (which: SO_SNDTIMEO or SO_RCVTIMEO). */
-static int set_timeout(int fd, int which, apr_interval_time_t us)
+/* set_timeout bounds each send, recv and connect on fd by us microseconds. */
+static int set_timeout(int fd, apr_interval_time_t us)
 {
     struct timeval tv;
 
@@ -126,269 +89,113 @@ static int set_timeout(int fd, int which, apr_interval_time_t us)
     }
     tv.tv_sec = (time_t)(us / 1000000);
     tv.tv_usec = (suseconds_t)(us % 1000000);
-    return setsockopt(fd, SOL_SOCKET, which, &tv, sizeof(tv)) == 0 ? 0 : errno;
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0
+        || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
+        return errno;
+    }
+    return 0;
 }
 
-/* conn_open connects to t within timeout, or returns NULL and sets *err. */
-static dt_conn *conn_open(dt_target *t, apr_interval_time_t timeout, int *err)
+/* dt_connect opens a connection to t within timeout, or returns -1 and
+ * sets *err. */
+static int dt_connect(dt_target *t, apr_interval_time_t timeout, int *err)
 {
-    dt_conn *c;
     int fd = socket(t->family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
     if (fd < 0) {
         *err = errno;
-        return NULL;
+        return -1;
     }
-    if ((*err = set_timeout(fd, SO_SNDTIMEO, timeout)) != 0
-        || (*err = set_timeout(fd, SO_RCVTIMEO, timeout)) != 0) {
+    if ((*err = set_timeout(fd, timeout)) != 0) {
         close(fd);
-        return NULL;
+        return -1;
     }
     if (t->family != AF_UNIX) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     }
     if (connect(fd, (struct sockaddr *)&t->addr, t->addrlen) != 0) {
-        /* A connect cut short by SO_SNDTIMEO says EINPROGRESS or EAGAIN. */
-        *err = errno == EINPROGRESS || errno == EAGAIN ? ETIMEDOUT : errno;
+        /* A connect cut short by SO_SNDTIMEO says EINPROGRESS. */
+        *err = errno == EINPROGRESS ? ETIMEDOUT : errno;
         close(fd);
-        return NULL;
+        return -1;
     }
-    c = calloc(1, sizeof(*c));
-    if (c == NULL || (c->out = malloc(4096)) == NULL || (c->spare = malloc(4096)) == NULL) {
-        if (c != NULL) {
-            free(c->out);
-        }
-        free(c);
-        close(fd);
-        *err = ENOMEM;
-        return NULL;
-    }
-    c->cap = c->spare_cap = 4096;
-    c->fd = fd;
-    c->refs = 1;
-    c->rcvtimeo = timeout;
-    return c;
+    return fd;
 }
 
-/* conn_release lets go of a reference to c, and frees it with the last. */
-static void conn_release(dt_conn *c)
+/* dt_exchange sends one query on fd and reads its reply by deadline. The
+ * socket's timeouts are timeout; when less than that is left, the receive
+ * is shortened, and *shortened set so the connection is reset before reuse. */
+static int dt_exchange(int fd, const char *line, apr_size_t len,
+                       apr_uint64_t deadline, apr_interval_time_t timeout,
+                       int *shortened, int *err)
 {
-    if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0) {
-        close(c->fd);
-        free(c->out);
-        free(c->spare);
-        free(c);
-    }
-}
+    apr_size_t sent = 0, got = 0;
+    char reply[3];
+    apr_uint64_t now;
 
-/* conn_break fails every query waiting on c and takes it from t, so the
- * next query opens a new connection; a thread in recv on it is woken.
- * The caller holds t->mu and a reference to c. */
-static void conn_break(dt_target *t, dt_conn *c, int err)
-{
-    dt_waiter *w;
-
-    if (c->broken) {
-        return;
-    }
-    c->broken = 1;
-    c->err = err;
-    c->nout = 0;
-    for (w = c->head; w != NULL; w = w->next) {
-        __atomic_store_n(&w->state, WS_FAILED, __ATOMIC_RELEASE);
-        sem_post(&w->sem);
-    }
-    c->head = c->tail = NULL;
-    if (c->reading || c->sending) {
-        shutdown(c->fd, SHUT_RDWR);
-    }
-    if (t->conn == c) {
-        t->conn = NULL;
-        conn_release(c);
-    }
-}
-
-/* append adds line to c's output; 0 or ENOMEM. */
-static int append(dt_conn *c, const char *line, apr_size_t len)
-{
-    if (c->nout + len > c->cap) {
-        apr_size_t cap = c->cap * 2 > c->nout + len ? c->cap * 2 : c->nout + len;
-        char *out = realloc(c->out, cap);
-
-        if (out == NULL) {
-            return ENOMEM;
-        }
-        c->out = out;
-        c->cap = cap;
-    }
-    memcpy(c->out + c->nout, line, len);
-    c->nout += len;
-    return 0;
-}
-
-/* send_all writes n bytes, or returns why not: a query half written would
- * put the stream out of step. */
-static int send_all(int fd, const char *buf, apr_size_t n)
-{
-    apr_size_t sent = 0;
-
-    while (sent < n) {
-        ssize_t k = send(fd, buf + sent, n - sent, MSG_NOSIGNAL);
-        if (k < 0) {
+    while (sent < len) {
+        ssize_t n = send(fd, line + sent, len - sent, MSG_NOSIGNAL);
+        if (n < 0) {
             if (errno == EINTR) {
                 continue;
             }
-            return errno == EAGAIN || errno == EWOULDBLOCK ? ETIMEDOUT : errno;
+            *err = errno;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                return XR_TIMEOUT;
+            }
+            return sent == 0 ? XR_STALE : XR_BAD;
         }
-        sent += (apr_size_t)k;
-    }
-    return 0;
-}
-
-/* send_pending sends c's output, batch by batch, until none is left; the
- * caller set c->sending, and holds t->mu, which is let go while sending. */
-static void send_pending(dt_target *t, dt_conn *c)
-{
-    while (c->nout > 0 && !c->broken) {
-        char *buf = c->out;
-        apr_size_t n = c->nout, cap = c->cap;
-        int err;
-
-        c->out = c->spare;
-        c->cap = c->spare_cap;
-        c->nout = 0;
-        c->spare = buf;
-        c->spare_cap = cap;
-        pthread_mutex_unlock(&t->mu);
-        err = send_all(c->fd, buf, n);
-        pthread_mutex_lock(&t->mu);
-        if (err != 0) {
-            c->sending = 0;
-            conn_break(t, c, err);
-            return;
+        sent += (apr_size_t)n;
+        if (sent < len && dt_now() >= deadline) {
+            *err = ETIMEDOUT;
+            return XR_TIMEOUT;
         }
     }
-    c->sending = 0;
-}
+    for (;;) {
+        ssize_t n;
 
-/* deliver hands the replies in buf to the oldest waiters. It returns
- * EPROTO for bytes that are not replies, or a reply nobody waits for. */
-static int deliver(dt_conn *c, const char *buf, apr_size_t n)
-{
-    apr_size_t i = 0;
-
-    while (i < n) {
-        dt_waiter *w;
-        char last;
-
-        while (c->npartial < 2 && i < n) {
-            c->partial[c->npartial++] = buf[i++];
+        now = dt_now();
+        if (now >= deadline) {
+            *err = ETIMEDOUT;
+            return XR_TIMEOUT;
         }
-        if (i == n) {
-            break;
+        if ((deadline - now) / 1000 < (apr_uint64_t)timeout * 3 / 4) {
+            /* A new connection or a reply in pieces used part of the time. */
+            *shortened = 1;
+            if ((*err = set_timeout(fd, (apr_interval_time_t)((deadline - now) / 1000))) != 0) {
+                return XR_BAD;
+            }
         }
-        last = buf[i++];
-        c->npartial = 0;
-        if ((w = c->head) == NULL || last != '\n') {
-            return EPROTO;
-        }
-        if (c->partial[0] == 'O' && c->partial[1] == 'K') {
-            __atomic_store_n(&w->state, WS_OK, __ATOMIC_RELEASE);
-        }
-        else if (c->partial[0] == 'N' && c->partial[1] == 'O') {
-            __atomic_store_n(&w->state, WS_NO, __ATOMIC_RELEASE);
-        }
-        else {
-            return EPROTO;
-        }
-        if ((c->head = w->next) == NULL) {
-            c->tail = NULL;
-        }
-        c->answered++;
-        sem_post(&w->sem);
-    }
-    return 0;
-}
-
-/* read_replies reads what has come on c, as the one reader, within the
- * deadline. The caller holds t->mu, which is let go while reading. */
-static void read_replies(dt_target *t, dt_conn *c, apr_uint64_t deadline)
-{
-    char buf[384];
-    apr_uint64_t now = dt_now();
-    apr_interval_time_t left;
-    ssize_t n;
-    int e = 0;
-
-    if (now >= deadline) {
-        conn_break(t, c, ETIMEDOUT);
-        return;
-    }
-    /* Set the receive timeout to what is left when that differs much from
-     * what is set: rarely, since most queries start with all of it. */
-    left = (apr_interval_time_t)((deadline - now) / 1000);
-    if (left < c->rcvtimeo - c->rcvtimeo / 4 || left > c->rcvtimeo + c->rcvtimeo / 4) {
-        if ((e = set_timeout(c->fd, SO_RCVTIMEO, left)) != 0) {
-            conn_break(t, c, e);
-            return;
-        }
-        c->rcvtimeo = left;
-    }
-    c->reading = 1;
-    pthread_mutex_unlock(&t->mu);
-    do {
-        n = recv(c->fd, buf, sizeof(buf), 0);
-    } while (n < 0 && errno == EINTR);
-    if (n < 0) {
-        e = errno == EAGAIN || errno == EWOULDBLOCK ? ETIMEDOUT : errno;
-    }
-    pthread_mutex_lock(&t->mu);
-    c->reading = 0;
-    if (n > 0) {
-        if ((e = deliver(c, buf, (apr_size_t)n)) != 0) {
-            conn_break(t, c, e);
-        }
-    }
-    else {
-        conn_break(t, c, n == 0 ? ECONNRESET : e);
-    }
-}
-
-/* wait_reply waits until w's reply has come or c broke. The caller holds
- * t->mu. It returns 1 with t->mu held, or 0 without: a waiter woken with
- * its answer leaves without taking the lock again. */
-static int wait_reply(dt_target *t, dt_conn *c, dt_waiter *w, apr_uint64_t deadline)
-{
-    struct timespec ts;
-
-    ts.tv_sec = (time_t)(deadline / 1000000000u);
-    ts.tv_nsec = (long)(deadline % 1000000000u);
-    while (w->state == WS_PENDING) {
-        int rc;
-
-        if (!c->reading) {
-            read_replies(t, c, deadline);
+        n = recv(fd, reply + got, sizeof(reply) - got, 0);
+        if (n > 0) {
+            got += (apr_size_t)n;
+            if (got == sizeof(reply)) {
+                break;
+            }
             continue;
         }
-        pthread_mutex_unlock(&t->mu);
-        while ((rc = sem_clockwait(&w->sem, CLOCK_MONOTONIC, &ts)) != 0 && errno == EINTR) {
+        if (n == 0) {
+            *err = ECONNRESET;
+            return got == 0 ? XR_STALE : XR_BAD;
         }
-        /* A post is made under the lock, after the state is set: once it
-         * is taken, the state can be read, and the semaphore destroyed. */
-        if (rc == 0 && __atomic_load_n(&w->state, __ATOMIC_ACQUIRE) != WS_PENDING) {
-            return 0;
+        if (errno == EINTR) {
+            continue;
         }
-        pthread_mutex_lock(&t->mu);
-        if (w->state == WS_PENDING && dt_now() >= deadline) {
-            conn_break(t, c, ETIMEDOUT);
+        *err = errno;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            return XR_TIMEOUT;
         }
+        return got == 0 && errno == ECONNRESET ? XR_STALE : XR_BAD;
     }
-    /* Pass the reading on to the oldest query still waiting. */
-    if (!c->reading && c->head != NULL) {
-        sem_post(&c->head->sem);
+    if (reply[2] == '\n' && reply[0] == 'O' && reply[1] == 'K') {
+        return XR_OK;
     }
-    return 1;
+    if (reply[2] == '\n' && reply[0] == 'N' && reply[1] == 'O') {
+        return XR_NO;
+    }
+    *err = EPROTO;
+    return XR_BAD;
 }
 
 /* backoff returns the pause in nanoseconds after n consecutive failures:
@@ -406,57 +213,6 @@ static apr_uint64_t backoff(int n, apr_interval_time_t min, apr_interval_time_t 
     return d * 1000;
 }
 
-/* query sends line on t's connection, opening one if need be, and waits
- * for the reply. The caller holds t->mu; query lets it go. It returns the
- * waiter's state; *stale is set when a connection that had answered
- * before was found closed by the daemon (a restart), worth one more try. */
-static int query(dt_target *t, const char *line, apr_size_t len,
-                 apr_interval_time_t timeout, apr_uint64_t deadline, int *err, int *stale)
-{
-    dt_waiter w;
-    dt_conn *c = t->conn;
-
-    *stale = 0;
-    if (c == NULL && (c = t->conn = conn_open(t, timeout, err)) == NULL) {
-        pthread_mutex_unlock(&t->mu);
-        return WS_FAILED;
-    }
-    if ((*err = append(c, line, len)) != 0) {
-        pthread_mutex_unlock(&t->mu);
-        return WS_FAILED;
-    }
-    __atomic_add_fetch(&c->refs, 1, __ATOMIC_RELAXED);
-    w.next = NULL;
-    w.state = WS_PENDING;
-    sem_init(&w.sem, 0, 0);
-    if (c->tail != NULL) {
-        c->tail->next = &w;
-    }
-    else {
-        c->head = &w;
-    }
-    c->tail = &w;
-    if (!c->sending) {
-        c->sending = 1;
-        send_pending(t, c);
-    }
-    if (wait_reply(t, c, &w, deadline)) {
-        if (w.state == WS_FAILED) {
-            *err = c->err;
-            *stale = c->answered > 0 && (c->err == EPIPE || c->err == ECONNRESET);
-        }
-        pthread_mutex_unlock(&t->mu);
-    }
-    else if (w.state == WS_FAILED) {
-        /* Broken: c->err and c->answered no longer change. */
-        *err = c->err;
-        *stale = c->answered > 0 && (c->err == EPIPE || c->err == ECONNRESET);
-    }
-    sem_destroy(&w.sem);
-    conn_release(c);
-    return w.state;
-}
-
 dt_answer dt_ask(request_rec *r, dt_target *t, const char *line, apr_size_t len,
                  apr_interval_time_t timeout, apr_interval_time_t min_backoff,
                  apr_interval_time_t max_backoff)
@@ -464,57 +220,96 @@ dt_answer dt_ask(request_rec *r, dt_target *t, const char *line, apr_size_t len,
     apr_uint64_t start = dt_now();
     apr_uint64_t deadline = start + (apr_uint64_t)timeout * 1000;
     apr_uint64_t gen;
-    int state, err = 0, stale, failures = 0;
+    int fd = -1, reused = 0, x = XR_BAD, err = 0, shortened = 0, failures;
 
-    pthread_mutex_lock(&t->mu);
+    apr_thread_mutex_lock(t->mu);
     if (t->retry_at != 0) {
         if (start < t->retry_at) {
-            pthread_mutex_unlock(&t->mu);
+            apr_thread_mutex_unlock(t->mu);
             return DT_BACKOFF;
         }
         /* This query is the probe; the others wait for its outcome. */
-        __atomic_store_n(&t->retry_at, deadline, __ATOMIC_RELAXED);
+        t->retry_at = deadline;
     }
     gen = t->gen;
-    state = query(t, line, len, timeout, deadline, &err, &stale);
-    if (state == WS_FAILED && stale) {
-        pthread_mutex_lock(&t->mu);
-        state = query(t, line, len, timeout, deadline, &err, &stale);
+    if (t->nidle > 0) {
+        fd = t->idle[--t->nidle];
+        reused = 1;
+    }
+    apr_thread_mutex_unlock(t->mu);
+
+    for (;;) {
+        if (fd < 0) {
+            fd = dt_connect(t, timeout, &err);
+            if (fd < 0) {
+                x = XR_BAD;
+                break;
+            }
+        }
+        x = dt_exchange(fd, line, len, deadline, timeout, &shortened, &err);
+        if (x == XR_STALE && reused) {
+            /* The daemon closed this idle connection (a restart): once more
+             * on a new one, within the same deadline. */
+            close(fd);
+            fd = -1;
+            reused = 0;
+            continue;
+        }
+        break;
     }
 
-    if (state != WS_FAILED) {
-        /* Healthy, the common case, the lock is not taken again. */
-        if (__atomic_load_n(&t->retry_at, __ATOMIC_RELAXED) != 0) {
-            pthread_mutex_lock(&t->mu);
-            if (t->retry_at != 0 && gen == t->gen) {
-                failures = t->failures;
-                t->failures = 0;
-                __atomic_store_n(&t->retry_at, 0, __ATOMIC_RELAXED);
+    if (x == XR_OK || x == XR_NO) {
+        if (shortened && set_timeout(fd, timeout) != 0) {
+            close(fd);
+            fd = -1;
+        }
+        apr_thread_mutex_lock(t->mu);
+        if (fd >= 0) {
+            if (t->nidle < t->cap) {
+                t->idle[t->nidle++] = fd;
+                fd = -1;
             }
-            pthread_mutex_unlock(&t->mu);
+        }
+        failures = 0;
+        if (t->retry_at != 0 && gen == t->gen) {
+            failures = t->failures;
+            t->failures = 0;
+            t->retry_at = 0;
+        }
+        apr_thread_mutex_unlock(t->mu);
+        if (fd >= 0) {
+            close(fd);
         }
         if (failures > 0) {
             ap_log_rerror(APLOG_MARK, APLOG_NOTICE, 0, r, DTLOGNO(00010)
                           "dthrottled at %s answers again, after %d failed "
                           "attempts", t->name, failures);
         }
-        return state == WS_OK ? DT_OK : DT_NO;
+        return x == XR_OK ? DT_OK : DT_NO;
     }
-    pthread_mutex_lock(&t->mu);
+
+    if (fd >= 0) {
+        close(fd);
+    }
+    failures = 0;
+    apr_thread_mutex_lock(t->mu);
     if (gen == t->gen) {
         /* One failure per generation: the queries that fail together
-         * count once. */
+         * count once. The idle connections predate it: drop them. */
         failures = ++t->failures;
-        __atomic_store_n(&t->retry_at, dt_now() + backoff(failures, min_backoff, max_backoff),
-                         __ATOMIC_RELAXED);
+        t->retry_at = dt_now() + backoff(failures, min_backoff, max_backoff);
         t->gen++;
+        while (t->nidle > 0) {
+            close(t->idle[--t->nidle]);
+        }
     }
-    pthread_mutex_unlock(&t->mu);
+    apr_thread_mutex_unlock(t->mu);
     if (failures == 1) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, APR_FROM_OS_ERROR(err), r,
-                      DTLOGNO(00011) "dthrottled at %s unreachable: the fail "
-                      "mode answers, and this process asks again after a "
-                      "backoff (logged once per outage)", t->name);
+                      DTLOGNO(00011) "dthrottled at %s unreachable%s: the fail "
+                      "mode answers, and this process retries after a "
+                      "backoff (logged once per outage)", t->name,
+                      x == XR_TIMEOUT ? " (timed out)" : "");
     }
     return DT_FAILED;
 }

@@ -3,12 +3,9 @@
  * A dt_target is one daemon address (a Unix socket path, "@name" for an
  * abstract Unix socket, or host:port over TCP). It is made while the
  * configuration is read, in the parent; each child process then gives it
- * its own connection and backoff state (dt_target_child_init), so every
- * child asks the daemon directly: nothing shared between children stands
- * in the way. The threads of a child share its connection, pipelined: each
- * writes its query and waits for its reply, in order, and whichever thread
- * is free reads the replies for all, so the daemon reads and answers many
- * queries per system call when the machine is busy.
+ * its own pool of connections and its own backoff state (dt_target_child_init),
+ * so every child, and every thread of a child, asks the daemon directly:
+ * no process or lock shared between children stands in the way.
  *
  * Safe for concurrent use by the threads of one child once
  * dt_target_child_init has run.
@@ -16,10 +13,10 @@
 #ifndef DTHROTTLE_CLIENT_H
 #define DTHROTTLE_CLIENT_H
 
-#include <pthread.h>
 #include <sys/socket.h>
 
 #include "httpd.h"
+#include "apr_thread_mutex.h"
 
 /* Message numbers in the style of Apache's APLOGNO: "DT00001: ...". */
 #define DTLOGNO(n) "DT" #n ": "
@@ -32,9 +29,7 @@ typedef enum {
     DT_BACKOFF  /* not asked: backing off after a failure; the fail mode decides */
 } dt_answer;
 
-typedef struct dt_conn dt_conn;
-
-/* dt_target is one daemon address and, in a child, its connection. */
+/* dt_target is one daemon address and, in a child, its connections. */
 typedef struct dt_target {
     const char *name;              /* as configured, for logs */
     struct sockaddr_storage addr;  /* resolved when the configuration is read */
@@ -42,8 +37,9 @@ typedef struct dt_target {
     int family;                    /* AF_UNIX, AF_INET or AF_INET6 */
 
     /* Per child, from dt_target_child_init; all below guarded by mu. */
-    pthread_mutex_t mu;
-    dt_conn *conn;                 /* the connection in use; NULL: none yet */
+    apr_thread_mutex_t *mu;
+    int *idle;                     /* connections not in use, most recent last */
+    int nidle, cap;                /* cap: the most kept idle, one per thread */
     apr_uint64_t retry_at;         /* monotonic ns when a probe may go; 0 healthy */
     apr_uint64_t gen;              /* +1 per counted failure */
     int failures;                  /* consecutive counted failures */
@@ -53,17 +49,16 @@ typedef struct dt_target {
  * "host:port") and resolves it. It returns an error message or NULL. */
 const char *dt_target_make(apr_pool_t *p, const char *addr, dt_target **out);
 
-/* dt_target_child_init gives t its per-child state. The connection is
- * opened lazily, by the first query. */
-apr_status_t dt_target_child_init(dt_target *t, apr_pool_t *pchild);
+/* dt_target_child_init gives t its per-child state: a pool that keeps at
+ * most cap idle connections. Connections are opened lazily, by queries. */
+apr_status_t dt_target_child_init(dt_target *t, apr_pool_t *pchild, int cap);
 
 /* dt_ask sends line (a tag and its "\n", len bytes) and waits at most
- * timeout for the reply. A connection on which a reply is late, or that
- * fails, is discarded with every query waiting on it, so a late reply
- * never answers a later query. A failure backs off the whole child: for
- * min, doubling per consecutive failure up to max, every query is answered
- * DT_BACKOFF at once; then one query probes. The first failure of an
- * outage and the recovery are logged, once each. */
+ * timeout for the reply. A connection that fails or times out is closed,
+ * so a late reply never answers a later query. A failure backs off the
+ * whole child: for min, doubling per consecutive failure up to max, every
+ * query is answered DT_BACKOFF at once; then one query probes. The first
+ * failure of an outage and the recovery are logged, once each. */
 dt_answer dt_ask(request_rec *r, dt_target *t, const char *line, apr_size_t len,
                  apr_interval_time_t timeout, apr_interval_time_t min_backoff,
                  apr_interval_time_t max_backoff);

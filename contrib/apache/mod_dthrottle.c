@@ -4,9 +4,8 @@
  * address by default, or any ap_expr: a header, a cookie, part of the
  * path), sends "prefix tag\n" to dthrottled and serves the request on
  * "OK", refuses it (429 and Retry-After by default) on "NO". Each child
- * process keeps its own connection (dthrottle_client.c), which its threads
- * share, pipelined, so children ask in parallel and a busy child's queries
- * travel together. Only the main request asks: subrequests
+ * process keeps its own connections (dthrottle_client.c), one per thread
+ * asking at the same time, so children and their threads ask in parallel. Only the main request asks: subrequests
  * and internal redirects (mod_dir's index, an ErrorDocument) do not ask a
  * second time.
  *
@@ -21,6 +20,7 @@
 #include "apr_strings.h"
 #include "ap_config.h"
 #include "ap_expr.h"
+#include "ap_mpm.h"
 #include "http_config.h"
 #include "http_core.h"
 #include "http_log.h"
@@ -394,13 +394,17 @@ static int dt_pre_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp)
 static void dt_child_init(apr_pool_t *pchild, server_rec *s)
 {
     dt_target **ts = (dt_target **)targets->elts;
-    int i;
+    int threads = 1, i;
 
+    /* One idle connection kept per thread that may ask at once. */
+    if (ap_mpm_query(AP_MPMQ_MAX_THREADS, &threads) != APR_SUCCESS || threads < 1) {
+        threads = 1;
+    }
     for (i = 0; i < targets->nelts; i++) {
-        apr_status_t rv = dt_target_child_init(ts[i], pchild);
+        apr_status_t rv = dt_target_child_init(ts[i], pchild, threads);
         if (rv != APR_SUCCESS) {
             ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s, DTLOGNO(00004)
-                         "setting up the connection to %s", ts[i]->name);
+                         "setting up the connections to %s", ts[i]->name);
             exit(APEXIT_CHILDSICK);
         }
     }
