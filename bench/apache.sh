@@ -122,8 +122,13 @@ declare -A ports
 ports[none]=$(port)
 apache none "${ports[none]}" ""
 ports[module]=$(port)
+# A long timeout: on a saturated machine some queries wait more than the
+# default 5 ms, and a query that times out is served without asking (fail
+# open), which would flatter the figure. The counters at the end say how
+# many failed.
 apache module "${ports[module]}" "DThrottle On
 DThrottleSocket $tmp/d.sock
+DThrottleTimeout 1s
 <Location /dthrottle-status>
 	DThrottle Off
 	SetHandler dthrottle-status
@@ -140,21 +145,49 @@ for name in none module rewritemap; do
 	done
 done
 
+# cpu_ticks PATTERN prints the CPU time (clock ticks) used so far by the
+# processes whose command line matches PATTERN, with their reaped children.
+cpu_ticks() {
+	local total=0 pid f
+	for pid in $(pgrep -f -- "$1"); do
+		f=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null) || continue
+		# Fields after the command: utime stime cutime cstime are 12-15.
+		total=$((total + $(awk '{print $12 + $13 + $14 + $15}' <<<"$f")))
+	done
+	echo "$total"
+}
+ctxt() { awk '$1 == "ctxt" {print $2}' /proc/stat; }
+hz=$(getconf CLK_TCK)
+
 declare -A rps
 echo "ab -k -c $CONCURRENCY -n $REQUESTS, $ROUNDS interleaved rounds"
 # ab counts as "failed" a response whose length differs from the first's;
-# with -k a few happen in every configuration alike.
-printf '%-11s %6s %12s %8s %7s\n' server round requests/s p99_ms failed
+# with -k a few happen in every configuration alike. CPU is in microseconds
+# per request: Apache (all its processes), dthrottled, the map program, ab;
+# switches are the machine's context switches per request.
+printf '%-11s %5s %11s %6s %6s | %7s %7s %7s %7s %8s\n' server round requests/s p99_ms failed \
+	apache dthrtld map ab switches
 for round in $(seq "$ROUNDS"); do
 	for name in none module rewritemap; do
-		out=$(ab -q -k -c "$CONCURRENCY" -n "$REQUESTS" "http://127.0.0.1:${ports[$name]}/index.html" 2>&1)
+		a0=$(cpu_ticks "$tmp/$name/httpd.conf"); d0=$(cpu_ticks "$tmp/dthrottled -config")
+		m0=$(cpu_ticks "$tmp/dthrottle rewritemap"); s0=$(ctxt)
+		out=$( { TIMEFORMAT='%U %S'; time ab -q -k -c "$CONCURRENCY" -n "$REQUESTS" \
+			"http://127.0.0.1:${ports[$name]}/index.html"; } 2>&1)
+		s1=$(ctxt); a1=$(cpu_ticks "$tmp/$name/httpd.conf"); d1=$(cpu_ticks "$tmp/dthrottled -config")
+		m1=$(cpu_ticks "$tmp/dthrottle rewritemap")
 		r=$(awk '/^Requests per second:/ {print $4}' <<<"$out")
 		p=$(awk '$1 == "99%" {print $2}' <<<"$out")
 		failed=$(awk '/^Failed requests:/ {print $3}' <<<"$out")
 		non2xx=$(awk '/^Non-2xx responses:/ {print $3}' <<<"$out")
+		abcpu=$(tail -n 1 <<<"$out")
 		[ -n "$r" ] && [ -z "$non2xx" ] ||
 			{ echo "apache.sh: $name: ${non2xx:-0} non-2xx responses" >&2; echo "$out" >&2; exit 1; }
-		printf '%-11s %6s %12s %8s %7s\n' "$name" "$round" "$r" "$p" "$failed"
+		if [ "$name" != rewritemap ]; then m1=$m0; fi
+		awk -v n="$name" -v round="$round" -v r="$r" -v p="$p" -v f="$failed" -v hz="$hz" -v req="$REQUESTS" \
+			-v a=$((a1 - a0)) -v d=$((d1 - d0)) -v m=$((m1 - m0)) -v ab="$abcpu" -v s=$((s1 - s0)) \
+			'BEGIN { split(ab, t, " "); us = 1e6 / req
+				printf "%-11s %5s %11s %6s %6s | %7.1f %7.1f %7.1f %7.1f %8.2f\n", n, round, r, p, f,
+					a / hz * us, d / hz * us, m / hz * us, (t[1] + t[2]) * us, s / req }'
 		rps[$name]+="$r "
 	done
 done
@@ -168,6 +201,19 @@ for name in none module rewritemap; do
 	printf '%-11s %14.0f %8.2f\n' "$name" "$m" "$(awk -v a="$m" -v b="$base" 'BEGIN {print a / b}')"
 done
 echo
+# PROFILE=1: where the CPU goes while mod_dthrottle is measured: perf over
+# the whole machine for one more run, by process and by function.
+if [ -n "${PROFILE:-}" ] && command -v perf >/dev/null; then
+	echo "perf, one more mod_dthrottle run: CPU by command, then the top functions"
+	perf record -q -a -g -o "${PERF_DATA:-$tmp/perf.data}" -- ab -q -k -c "$CONCURRENCY" -n "$REQUESTS" \
+		"http://127.0.0.1:${ports[module]}/index.html" >/dev/null 2>&1
+	perf report -i "${PERF_DATA:-$tmp/perf.data}" --no-children --sort comm -g none -q 2>/dev/null | head -5
+	for comm in dthrottled apache2; do
+		echo "-- $comm"
+		perf report -i "${PERF_DATA:-$tmp/perf.data}" --no-children --comm "$comm" --sort sym -g none -q 2>/dev/null | head -12
+	done
+	echo
+fi
 # A query that timed out is served unasked (fail open), which costs less
 # than asking: the counters say how many there were.
 echo "mod_dthrottle counters (failed_open and backed_off: served unasked):"

@@ -4,11 +4,11 @@
  * The query protocol is a line out ("tag\n") and exactly three bytes back
  * ("OK\n" or "NO\n"), in order, on a stream socket. A connection carries
  * one query at a time: taken from the child's pool, used, and given back
- * only after its reply was read in full. Every socket is blocking with
- * SO_SNDTIMEO and SO_RCVTIMEO set to the query timeout, so a healthy query
- * costs two system calls (send, recv) and a silent daemon costs at most the
- * timeout. A connection whose reply did not come in time is closed: its
- * late reply dies with it.
+ * only after its reply was read in full. Sends and connects are bounded by
+ * SO_SNDTIMEO, the wait for the reply by ppoll, both set to the query
+ * timeout: a healthy query costs three system calls (send, ppoll, recv)
+ * and one sleep, and a silent daemon at most the timeout. A connection
+ * whose reply did not come in time is closed: its late reply dies with it.
  *
  * (Sharing one pipelined connection among a child's threads, so queries
  * travel in batches, was measured slower: the hand-over of replies between
@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -79,7 +80,7 @@ apr_status_t dt_target_child_init(dt_target *t, apr_pool_t *pchild, int cap)
     return APR_SUCCESS;
 }
 
-/* set_timeout bounds each send, recv and connect on fd by us microseconds. */
+/* set_timeout bounds each send and connect on fd by us microseconds. */
 static int set_timeout(int fd, apr_interval_time_t us)
 {
     struct timeval tv;
@@ -89,11 +90,7 @@ static int set_timeout(int fd, apr_interval_time_t us)
     }
     tv.tv_sec = (time_t)(us / 1000000);
     tv.tv_usec = (suseconds_t)(us % 1000000);
-    if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0
-        || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
-        return errno;
-    }
-    return 0;
+    return setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) == 0 ? 0 : errno;
 }
 
 /* dt_connect opens a connection to t within timeout, or returns -1 and
@@ -123,16 +120,18 @@ static int dt_connect(dt_target *t, apr_interval_time_t timeout, int *err)
     return fd;
 }
 
-/* dt_exchange sends one query on fd and reads its reply by deadline. The
- * socket's timeouts are timeout; when less than that is left, the receive
- * is shortened, and *shortened set so the connection is reset before reuse. */
+/* dt_exchange sends one query on fd and reads its reply by deadline.
+ *
+ * The reply is awaited in ppoll, not in a blocking recv: a thread asleep
+ * in recv on a Unix socket is also woken when the daemon reads the query
+ * (the socket's "write space" wake-up shares its wait queue), and each
+ * such needless wake-up is a context switch; ppoll sleeps until data
+ * comes. */
 static int dt_exchange(int fd, const char *line, apr_size_t len,
-                       apr_uint64_t deadline, apr_interval_time_t timeout,
-                       int *shortened, int *err)
+                       apr_uint64_t deadline, int *err)
 {
     apr_size_t sent = 0, got = 0;
     char reply[3];
-    apr_uint64_t now;
 
     while (sent < len) {
         ssize_t n = send(fd, line + sent, len - sent, MSG_NOSIGNAL);
@@ -153,21 +152,34 @@ static int dt_exchange(int fd, const char *line, apr_size_t len,
         }
     }
     for (;;) {
+        struct pollfd pfd;
+        struct timespec ts;
+        apr_uint64_t now = dt_now(), left;
         ssize_t n;
+        int rc;
 
-        now = dt_now();
         if (now >= deadline) {
             *err = ETIMEDOUT;
             return XR_TIMEOUT;
         }
-        if ((deadline - now) / 1000 < (apr_uint64_t)timeout * 3 / 4) {
-            /* A new connection or a reply in pieces used part of the time. */
-            *shortened = 1;
-            if ((*err = set_timeout(fd, (apr_interval_time_t)((deadline - now) / 1000))) != 0) {
-                return XR_BAD;
+        left = deadline - now;
+        ts.tv_sec = (time_t)(left / 1000000000u);
+        ts.tv_nsec = (long)(left % 1000000000u);
+        pfd.fd = fd;
+        pfd.events = POLLIN;
+        pfd.revents = 0;
+        rc = ppoll(&pfd, 1, &ts, NULL);
+        if (rc < 0) {
+            if (errno == EINTR) {
+                continue;
             }
+            *err = errno;
+            return XR_BAD;
         }
-        n = recv(fd, reply + got, sizeof(reply) - got, 0);
+        if (rc == 0) {
+            continue; /* the deadline is checked above */
+        }
+        n = recv(fd, reply + got, sizeof(reply) - got, MSG_DONTWAIT);
         if (n > 0) {
             got += (apr_size_t)n;
             if (got == sizeof(reply)) {
@@ -179,13 +191,10 @@ static int dt_exchange(int fd, const char *line, apr_size_t len,
             *err = ECONNRESET;
             return got == 0 ? XR_STALE : XR_BAD;
         }
-        if (errno == EINTR) {
+        if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) {
             continue;
         }
         *err = errno;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            return XR_TIMEOUT;
-        }
         return got == 0 && errno == ECONNRESET ? XR_STALE : XR_BAD;
     }
     if (reply[2] == '\n' && reply[0] == 'O' && reply[1] == 'K') {
@@ -220,7 +229,7 @@ dt_answer dt_ask(request_rec *r, dt_target *t, const char *line, apr_size_t len,
     apr_uint64_t start = dt_now();
     apr_uint64_t deadline = start + (apr_uint64_t)timeout * 1000;
     apr_uint64_t gen;
-    int fd = -1, reused = 0, x = XR_BAD, err = 0, shortened = 0, failures;
+    int fd = -1, reused = 0, x = XR_BAD, err = 0, failures;
 
     apr_thread_mutex_lock(t->mu);
     if (t->retry_at != 0) {
@@ -246,7 +255,7 @@ dt_answer dt_ask(request_rec *r, dt_target *t, const char *line, apr_size_t len,
                 break;
             }
         }
-        x = dt_exchange(fd, line, len, deadline, timeout, &shortened, &err);
+        x = dt_exchange(fd, line, len, deadline, &err);
         if (x == XR_STALE && reused) {
             /* The daemon closed this idle connection (a restart): once more
              * on a new one, within the same deadline. */
@@ -259,10 +268,6 @@ dt_answer dt_ask(request_rec *r, dt_target *t, const char *line, apr_size_t len,
     }
 
     if (x == XR_OK || x == XR_NO) {
-        if (shortened && set_timeout(fd, timeout) != 0) {
-            close(fd);
-            fd = -1;
-        }
         apr_thread_mutex_lock(t->mu);
         if (fd >= 0) {
             if (t->nidle < t->cap) {
