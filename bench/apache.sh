@@ -6,6 +6,9 @@
 #   module      mod_dthrottle (contrib/apache), every child asking dthrottled
 #   rewritemap  the configuration-only path: mod_rewrite's RewriteMap
 #               "prg:dthrottle rewritemap" (contrib/apache/dthrottle.conf)
+#   floor       mod_dthrottle asking a 40-line C epoll server that answers
+#               "OK\n" to every line: what the module's round trip costs
+#               Apache with a daemon that costs (next to) nothing
 #
 # The policy never refuses (burst 1,000,000, rate 1e9), so every request
 # asks and is served: the figure is the price of asking. The three servers
@@ -57,6 +60,56 @@ cp contrib/apache/*.c contrib/apache/*.h "$tmp/mod/"
 (cd "$tmp/mod" && apxs -c -Wc,-Wall -Wc,-Werror -Wc,-O2 \
 	mod_dthrottle.c dthrottle_client.c dthrottle_target.c dthrottle_status.c >build.log 2>&1) ||
 	{ cat "$tmp/mod/build.log" >&2; exit 1; }
+
+cat >"$tmp/floor.c" <<'C'
+/* floor: answer "OK\n" to every line, on a Unix socket, one thread. */
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+int main(int argc, char **argv)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    struct epoll_event ev = {.events = EPOLLIN}, evs[64];
+    static char in[65536], out[3 * 65536];
+    int l = socket(AF_UNIX, SOCK_STREAM, 0), ep = epoll_create1(0);
+
+    strncpy(a.sun_path, argv[1], sizeof(a.sun_path) - 1);
+    if (bind(l, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(l, 1024) != 0)
+        return 1;
+    chmod(argv[1], 0666);
+    ev.data.fd = l;
+    epoll_ctl(ep, EPOLL_CTL_ADD, l, &ev);
+    for (;;) {
+        int n = epoll_wait(ep, evs, 64, -1);
+        for (int i = 0; i < n; i++) {
+            int fd = evs[i].data.fd, o = 0;
+            ssize_t k;
+            if (fd == l) {
+                ev.data.fd = accept(l, NULL, NULL);
+                epoll_ctl(ep, EPOLL_CTL_ADD, ev.data.fd, &ev);
+                continue;
+            }
+            if ((k = read(fd, in, sizeof(in))) <= 0) {
+                close(fd);
+                continue;
+            }
+            for (ssize_t j = 0; j < k; j++)
+                if (in[j] == '\n') {
+                    memcpy(out + o, "OK\n", 3);
+                    o += 3;
+                }
+            if (o > 0 && write(fd, out, o) != o)
+                close(fd);
+        }
+    }
+}
+C
+cc -O2 -o "$tmp/floor-server" "$tmp/floor.c"
+"$tmp/floor-server" "$tmp/floor.sock" &
+pids+=($!)
 
 mkdir -m 755 "$tmp/www"
 echo "hello" >"$tmp/www/index.html"
@@ -133,12 +186,16 @@ DThrottleTimeout 1s
 	DThrottle Off
 	SetHandler dthrottle-status
 </Location>"
+ports[floor]=$(port)
+apache floor "${ports[floor]}" "DThrottle On
+DThrottleSocket $tmp/floor.sock
+DThrottleTimeout 1s"
 ports[rewritemap]=$(port)
 sed -e "s|/usr/local/bin/dthrottle rewritemap|$tmp/dthrottle rewritemap|" \
 	-e "s|/run/dthrottle/dthrottle.sock|$tmp/d.sock|" contrib/apache/dthrottle.conf >"$tmp/rewritemap.conf"
 apache rewritemap "${ports[rewritemap]}" "$(cat "$tmp/rewritemap.conf" contrib/apache/dthrottle-vhost.conf)"
 
-for name in none module rewritemap; do
+for name in none module floor rewritemap; do
 	for _ in $(seq 100); do
 		curl -fs -o /dev/null "http://127.0.0.1:${ports[$name]}/index.html" 2>/dev/null && break
 		sleep 0.05
@@ -163,17 +220,20 @@ declare -A rps
 echo "ab -k -c $CONCURRENCY -n $REQUESTS, $ROUNDS interleaved rounds"
 # ab counts as "failed" a response whose length differs from the first's;
 # with -k a few happen in every configuration alike. CPU is in microseconds
-# per request: Apache (all its processes), dthrottled, the map program, ab;
+# per request: Apache (all its processes), the daemon asked (dthrottled,
+# or the floor's C server), the map program, ab;
 # switches are the machine's context switches per request.
 printf '%-11s %5s %11s %6s %6s | %7s %7s %7s %7s %8s\n' server round requests/s p99_ms failed \
-	apache dthrtld map ab switches
+	apache daemon map ab switches
 for round in $(seq "$ROUNDS"); do
-	for name in none module rewritemap; do
-		a0=$(cpu_ticks "$tmp/$name/httpd.conf"); d0=$(cpu_ticks "$tmp/dthrottled -config")
+	for name in none module floor rewritemap; do
+		daemon="$tmp/dthrottled -config"
+		if [ "$name" = floor ]; then daemon="$tmp/floor-server"; fi
+		a0=$(cpu_ticks "$tmp/$name/httpd.conf"); d0=$(cpu_ticks "$daemon")
 		m0=$(cpu_ticks "$tmp/dthrottle rewritemap"); s0=$(ctxt)
 		out=$( { TIMEFORMAT='%U %S'; time ab -q -k -c "$CONCURRENCY" -n "$REQUESTS" \
 			"http://127.0.0.1:${ports[$name]}/index.html"; } 2>&1)
-		s1=$(ctxt); a1=$(cpu_ticks "$tmp/$name/httpd.conf"); d1=$(cpu_ticks "$tmp/dthrottled -config")
+		s1=$(ctxt); a1=$(cpu_ticks "$tmp/$name/httpd.conf"); d1=$(cpu_ticks "$daemon")
 		m1=$(cpu_ticks "$tmp/dthrottle rewritemap")
 		r=$(awk '/^Requests per second:/ {print $4}' <<<"$out")
 		p=$(awk '$1 == "99%" {print $2}' <<<"$out")
@@ -196,7 +256,7 @@ median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? 
 base=$(median <<<"${rps[none]}")
 echo
 printf '%-11s %14s %8s\n' server median_req/s ratio
-for name in none module rewritemap; do
+for name in none module floor rewritemap; do
 	m=$(median <<<"${rps[$name]}")
 	printf '%-11s %14.0f %8.2f\n' "$name" "$m" "$(awk -v a="$m" -v b="$base" 'BEGIN {print a / b}')"
 done
@@ -209,8 +269,9 @@ if [ -n "${PROFILE:-}" ] && command -v perf >/dev/null; then
 		"http://127.0.0.1:${ports[module]}/index.html" >/dev/null 2>&1
 	perf report -i "${PERF_DATA:-$tmp/perf.data}" --no-children --sort comm -g none -q 2>/dev/null | head -5
 	for comm in dthrottled apache2; do
-		echo "-- $comm"
-		perf report -i "${PERF_DATA:-$tmp/perf.data}" --no-children --comm "$comm" --sort sym -g none -q 2>/dev/null | head -12
+		echo "-- $comm: kernel or user space, then its top functions"
+		perf report -i "${PERF_DATA:-$tmp/perf.data}" --no-children --comm "$comm" --sort dso -g none -q 2>/dev/null | head -4
+		perf report -i "${PERF_DATA:-$tmp/perf.data}" --no-children --comm "$comm" --sort sym -g none -q 2>/dev/null | head -8
 	done
 	echo
 fi

@@ -502,3 +502,52 @@ DThrottleTag %%{HTTP:X-Client}
 		})
 	}
 }
+
+// TestModApacheShippedConf checks that contrib/apache/mod_dthrottle.conf,
+// as shipped and with its examples uncommented, is a valid Apache
+// configuration with the module loaded (apache2 -t).
+func TestModApacheShippedConf(t *testing.T) {
+	apache := requireApache(t)
+	mod := buildModDthrottle(t)
+	shipped, err := os.ReadFile("../contrib/apache/mod_dthrottle.conf")
+	must(t, err)
+	var examples strings.Builder
+	inExamples := false
+	for _, line := range strings.SplitAfter(string(shipped), "\n") {
+		if strings.Contains(line, "# Examples:") {
+			inExamples = true
+		} else if inExamples {
+			if rest, ok := strings.CutPrefix(line, "\t# "); ok {
+				line = "\t" + rest
+			} else if rest, ok := strings.CutPrefix(line, "\t#\t"); ok {
+				line = "\t" + rest
+			}
+		}
+		examples.WriteString(line)
+	}
+	if !inExamples || examples.String() == string(shipped) {
+		t.Fatal("mod_dthrottle.conf has no \"# Examples:\" block to uncomment")
+	}
+	dir := t.TempDir()
+	for name, body := range map[string]string{"shipped.conf": string(shipped), "examples.conf": examples.String()} {
+		inc := filepath.Join(dir, name)
+		must(t, os.WriteFile(inc, []byte(body), 0o644))
+		conf := filepath.Join(dir, "httpd-"+name)
+		must(t, os.WriteFile(conf, []byte(fmt.Sprintf(`ServerRoot %[1]s
+ServerName 127.0.0.1
+LoadModule mpm_event_module /usr/lib/apache2/modules/mod_mpm_event.so
+LoadModule authz_core_module /usr/lib/apache2/modules/mod_authz_core.so
+LoadModule authz_host_module /usr/lib/apache2/modules/mod_authz_host.so
+LoadModule dthrottle_module %[2]s
+Listen 127.0.0.1:%[3]d
+PidFile %[1]s/httpd.pid
+ErrorLog %[1]s/error.log
+DefaultRuntimeDir %[1]s
+Include %[4]s
+`, dir, mod, freePort(t), inc)), 0o644))
+		out, err := exec.Command(apache, "-t", "-f", conf).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "Syntax OK") {
+			t.Errorf("apache2 -t with %s: %v\n%s\n%s", name, err, out, body)
+		}
+	}
+}
