@@ -264,15 +264,12 @@ echo
 # PROFILE=1: where the CPU goes while mod_dthrottle is measured: perf over
 # the whole machine for one more run, by process and by function.
 if [ -n "${PROFILE:-}" ] && command -v perf >/dev/null; then
-	echo "perf, one more mod_dthrottle run: CPU by command, then the top functions"
+	echo "perf, one more mod_dthrottle run: CPU by command and by kernel or user space"
 	perf record -q -a -g -o "${PERF_DATA:-$tmp/perf.data}" -- ab -q -k -c "$CONCURRENCY" -n "$REQUESTS" \
 		"http://127.0.0.1:${ports[module]}/index.html" >/dev/null 2>&1
-	perf report -i "${PERF_DATA:-$tmp/perf.data}" --no-children --sort comm -g none -q 2>/dev/null | head -5
-	for comm in dthrottled apache2; do
-		echo "-- $comm: kernel or user space, then its top functions"
-		perf report -i "${PERF_DATA:-$tmp/perf.data}" --no-children --comm "$comm" --sort dso -g none -q 2>/dev/null | head -4
-		perf report -i "${PERF_DATA:-$tmp/perf.data}" --no-children --comm "$comm" --sort sym -g none -q 2>/dev/null | head -8
-	done
+	perf report -i "${PERF_DATA:-$tmp/perf.data}" --no-children --sort comm,dso -g none -q 2>/dev/null | grep . | head -10
+	echo "-- dthrottled's top functions"
+	perf report -i "${PERF_DATA:-$tmp/perf.data}" --no-children --comm dthrottled --sort sym -g none -q 2>/dev/null | grep . | head -10
 	echo
 fi
 # A query that timed out is served unasked (fail open), which costs less

@@ -5,9 +5,9 @@
  * path), sends "prefix tag\n" to dthrottled and serves the request on
  * "OK", refuses it (429 and Retry-After by default) on "NO". Each child
  * process keeps its own connections (dthrottle_client.c), one per thread
- * asking at the same time, so children and their threads ask in parallel. Only the main request asks: subrequests
- * and internal redirects (mod_dir's index, an ErrorDocument) do not ask a
- * second time.
+ * asking at the same time, so children and their threads ask in parallel.
+ * Only the main request asks: subrequests and internal redirects (mod_dir's
+ * index, an ErrorDocument) do not ask a second time.
  *
  * Build and install:
  *   apxs -i -a -c mod_dthrottle.c dthrottle_client.c dthrottle_target.c \
@@ -63,7 +63,7 @@ typedef struct {
  * gives every one its own connections. */
 static apr_array_header_t *targets;
 static dt_target *default_target;
-static int bad_tag_logged;
+static int bad_tag_logged, expr_error_logged;
 
 static void *create_dir_conf(apr_pool_t *p, char *dir)
 {
@@ -302,7 +302,9 @@ static int dt_check(request_rec *r)
     request_rec *p;
 
     if (r->main != NULL) {
-        return DECLINED; /* a subrequest: its main request decides */
+        /* A subrequest: its main request decides. (Apache runs header
+         * parsers for main requests only; this says it here too.) */
+        return DECLINED;
     }
     for (p = r->prev; p != NULL; p = p->prev) {
         if (ap_get_module_config(p->request_config, &dthrottle_module)) {
@@ -321,8 +323,11 @@ static int dt_check(request_rec *r)
 
         tag = ap_expr_str_exec(r, c->tag, &err);
         if (err) {
-            ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, DTLOGNO(00001)
-                          "DThrottleTag: %s; the request is not throttled", err);
+            if (!__atomic_exchange_n(&expr_error_logged, 1, __ATOMIC_RELAXED)) {
+                ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, DTLOGNO(00001)
+                              "DThrottleTag: %s; such a request is not throttled "
+                              "(counted no_tag; logged once per process)", err);
+            }
             tag = NULL;
         }
     }
