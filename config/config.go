@@ -9,6 +9,7 @@ package config
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -93,6 +94,19 @@ type Admin struct {
 type Log struct {
 	Format string `toml:"format"` // "text" or "json"
 	Level  string `toml:"level"`  // "debug", "info", "warn" or "error"
+}
+
+// SlogLevel is Level as slog's; a level Validate would reject is Info.
+func (l Log) SlogLevel() slog.Level {
+	switch l.Level {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
 }
 
 // Duration is a time.Duration written in TOML as a string that

@@ -17,19 +17,19 @@ func (n notifier) send(state string) {
 	}
 }
 
-// ready says the daemon serves, after a start or a reload.
-func (n notifier) ready() { n.send(sd.SdNotifyReady) }
+// Ready says the daemon serves, after a start or a reload.
+func (n notifier) Ready() { n.send(sd.SdNotifyReady) }
 
-// reloading says a reload began; systemd wants the monotonic time with it.
-func (n notifier) reloading() {
+// Reloading says a reload began; systemd wants the monotonic time with it.
+func (n notifier) Reloading() {
 	n.send(sd.SdNotifyReloading + "\n" + sd.SdNotifyMonotonicUsec())
 }
 
-// stopping says a stop began.
-func (n notifier) stopping() { n.send(sd.SdNotifyStopping) }
+// Stopping says a stop began.
+func (n notifier) Stopping() { n.send(sd.SdNotifyStopping) }
 
-// watchdog feeds systemd's watchdog.
-func (n notifier) watchdog() { n.send(sd.SdNotifyWatchdog) }
+// Watchdog feeds systemd's watchdog.
+func (n notifier) Watchdog() { n.send(sd.SdNotifyWatchdog) }
 
 // watchdogEvery returns how often to feed the watchdog (half the interval
 // systemd set in WATCHDOG_USEC), or 0 when there is none.
