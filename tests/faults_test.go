@@ -246,8 +246,8 @@ func faultKill(t *testing.T) {
 		t.Fatalf("restarted node kept its id %s", oldID)
 	}
 	for _, d := range survivors {
-		d.awaitLine(t, `msg="peer joined"`, "node="+newID)
-		d.awaitLine(t, `msg="peer went silent"`, "node="+oldID)
+		d.awaitPeer(t, newID, false)
+		d.awaitPeer(t, oldID, true)
 	}
 	ld.wait(t, 1)
 	alive := append(slices.Clone(survivors), fresh)
@@ -297,13 +297,14 @@ func faultPartition(t *testing.T) {
 }`)
 	ld := startLoad(l.hosts, "split", 8*time.Second)
 	for _, d := range ds[:2] {
-		d.awaitLine(t, `msg="peer went silent"`, "node="+ds[2].nodeID(t))
+		d.awaitPeer(t, ds[2].nodeID(t), true)
+		d.awaitPeer(t, ds[3].nodeID(t), true)
 	}
 	split := at(ld, 4*time.Second).Sub(ld.start) // cut until then
 	nft(t, "delete table bridge partition\n")
 	healed := time.Now() // whole from then on
 	for _, d := range ds[:2] {
-		d.awaitLine(t, `msg="peer heard again"`, "node="+ds[3].nodeID(t))
+		d.awaitPeer(t, ds[3].nodeID(t), false)
 	}
 	ld.wait(t, 0)
 	settle(t, ds, ld.end)
