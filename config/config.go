@@ -35,6 +35,13 @@ type Config struct {
 	Gossip Gossip   `toml:"gossip"` // how reports reach the other peers
 	Admin  Admin    `toml:"admin"`  // the HTTP admin endpoint
 	Log    Log      `toml:"log"`    // what the daemon logs, and how
+	State  State    `toml:"state"`  // the table kept across restarts
+}
+
+// State names the file the table is saved to on a clean stop and read back
+// from on start. The zero State keeps nothing across restarts.
+type State struct {
+	File string `toml:"file"` // path of the state file; "" disables
 }
 
 // Listen says where the query protocol is served. At least one of Unix and
@@ -80,6 +87,7 @@ type Gossip struct {
 	Bind       string   `toml:"bind"`        // "host:port" where unicast reports arrive
 	SecretFile string   `toml:"secret_file"` // file holding the HMAC key; "" sends unsigned
 	MaxPacket  int      `toml:"max_packet"`  // largest datagram sent, bytes
+	WarmStart  bool     `toml:"warm_start"`  // on start, ask the peers for their table
 }
 
 // Admin configures the HTTP admin endpoint (/metrics, /healthz, /v1/...).
@@ -160,6 +168,7 @@ func Default() Config {
 			Bind:       ":7777",               // unicast reports arrive here, if peers are set
 			SecretFile: "",                    // unsigned reports
 			MaxPacket:  1400,                  // fits a 1500-byte Ethernet MTU
+			WarmStart:  true,                  // ask the peers for their table on start
 		},
 		Admin: Admin{
 			HTTP: "", // no admin endpoint
@@ -167,6 +176,9 @@ func Default() Config {
 		Log: Log{
 			Format: "text", // key=value lines
 			Level:  "info", // starts, stops, peers, warnings; never a line per query
+		},
+		State: State{
+			File: "", // nothing kept across restarts
 		},
 	}
 }
