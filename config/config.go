@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/dthrottle/dthrottle/protocol"
 )
 
 // Policy actions. A [Policy] with an empty Action behaves as ActionLimit.
@@ -146,12 +148,12 @@ func (d Duration) MarshalText() ([]byte, error) {
 func Default() Config {
 	return Config{
 		Listen: Listen{
-			Unix:        DefaultUnixPath(), // per-user path, writable without root
-			UnixMode:    "0660",            // owner and group may connect
-			UnixGroup:   "",                // keep the daemon's own group
-			TCP:         "",                // no TCP listener
-			MaxConns:    10000,             // connections open at once
-			MaxTagBytes: 256,               // longer tags are keyed by a digest
+			Unix:        DefaultUnixPath(),        // per-user path, writable without root
+			UnixMode:    "0660",                   // owner and group may connect
+			UnixGroup:   "",                       // keep the daemon's own group
+			TCP:         "",                       // no TCP listener
+			MaxConns:    protocol.DefaultMaxConns, // connections open at once
+			MaxTagBytes: 256,                      // longer tags are keyed by a digest
 		},
 		Limit: Limit{
 			Rate:    1.0,     // one request per second per tag, long run

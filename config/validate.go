@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dthrottle/dthrottle/protocol"
 )
 
 // Allowed ranges. dthrottle.toml documents each one beside its key.
@@ -20,7 +22,7 @@ const (
 	maxMaxTags     = 100000000
 	maxMaxConns    = 1000000
 	minMaxTagBytes = 64
-	maxMaxTagBytes = 65536 // a line longer than 64 KiB closes the connection anyway
+	maxMaxTagBytes = protocol.MaxLine // a longer line closes the connection anyway
 	minInterval    = 10 * time.Millisecond
 	maxInterval    = time.Hour
 	maxTTL         = 255
