@@ -193,6 +193,11 @@ func (n *Node) receiveSnapshot(msg Message, p Packet) {
 	}
 	w.seq.info.Packets++
 	w.last = p.At
+	// An authenticated answer is a peer heard, as a report is.
+	n.mu.Lock()
+	pr, _ := n.peer(msg.Node, p)
+	pr.info.Addr, pr.info.LastHeard, pr.info.Silent = p.From, p.At, false
+	n.mu.Unlock()
 	s.heard = true
 	s.stats.AnswersReceived++
 	s.stats.AnswerBytesRecv += uint64(len(p.Data))

@@ -101,6 +101,9 @@ type Daemon struct {
 	unlock    func() // releases the Unix socket's lock file
 	failed    chan error
 
+	stateMu sync.Mutex // guards state
+	state   StateStats
+
 	mu                      sync.Mutex // guards cfg, the reload counts and closed
 	cfg                     config.Config
 	reloads, reloadFailures uint64
@@ -134,6 +137,7 @@ func New(opts Options) (_ *Daemon, err error) {
 	if d.table, err = bucket.New(tableConfig(cfg)); err != nil {
 		return nil, err
 	}
+	d.loadState(cfg)
 	defer func() {
 		if err != nil {
 			d.closeListeners()
@@ -173,10 +177,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 		}(l.Listener)
 	}
+	cfg := d.Config()
 	if d.gossip != nil {
 		d.gossip.node.Start()
+		if cfg.Gossip.WarmStart {
+			d.gossip.node.Warm(d.now())
+		}
 	}
-	cfg := d.Config()
 	d.log.Info("started", "version", d.version, "config", describe(d.path), "rate", cfg.Limit.Rate,
 		"burst", cfg.Limit.Burst, "policies", len(cfg.Policy), "max_tags", cfg.Limit.MaxTags)
 	d.event(Event{Kind: Started})
@@ -226,6 +233,10 @@ func (d *Daemon) Close(grace time.Duration) error {
 			"connections", d.server.Stats().Active, "err", err)
 	}
 	d.event(Event{Kind: Stopped, Stage: StageQueries})
+	if d.cfg.State.File != "" {
+		d.saveState(d.cfg)
+		d.event(Event{Kind: Stopped, Stage: StageState})
+	}
 	if d.gossip != nil {
 		gctx, cancel := context.WithTimeout(context.Background(), grace)
 		defer cancel()

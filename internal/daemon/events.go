@@ -38,6 +38,7 @@ func (k Kind) String() string {
 // The stages of a stop, in the order Close runs them.
 const (
 	StageQueries   = "queries"   // no query is accepted or left unanswered
+	StageState     = "state"     // the table is saved to state.file (only when it is set)
 	StageGossip    = "gossip"    // the last hits are reported
 	StageListeners = "listeners" // sockets closed, the Unix socket's lock released
 	StageAdmin     = "admin"     // the admin endpoint is closed

@@ -61,6 +61,8 @@ func (d *Daemon) startGossip(cfg config.Gossip, open func(config.Gossip) (gossip
 				table.Spend(now, h.Key, h.Count)
 			}
 		},
+		Export: warmExport(table),
+		Merge:  warmMerge(table),
 		Logger: log,
 	}, t)
 	if err != nil {
