@@ -14,7 +14,7 @@ func at(sec float64) time.Time {
 	return t0.Add(time.Duration(math.Round(sec * float64(time.Second))))
 }
 
-// specStep is one line of the timeline in spec/004: queries on one node,
+// specStep is one line of the original description's A/B timeline (README.md, The worked example): queries on one node,
 // a report from one node to the other, or a look at both buckets.
 type specStep struct {
 	at     float64

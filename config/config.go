@@ -9,10 +9,13 @@ package config
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/dthrottle/dthrottle/protocol"
 )
 
 // Policy actions. A [Policy] with an empty Action behaves as ActionLimit.
@@ -34,6 +37,13 @@ type Config struct {
 	Gossip Gossip   `toml:"gossip"` // how reports reach the other peers
 	Admin  Admin    `toml:"admin"`  // the HTTP admin endpoint
 	Log    Log      `toml:"log"`    // what the daemon logs, and how
+	State  State    `toml:"state"`  // the table kept across restarts
+}
+
+// State names the file the table is saved to on a clean stop and read back
+// from on start. The zero State keeps nothing across restarts.
+type State struct {
+	File string `toml:"file"` // path of the state file; "" disables
 }
 
 // Listen says where the query protocol is served. At least one of Unix and
@@ -79,6 +89,7 @@ type Gossip struct {
 	Bind       string   `toml:"bind"`        // "host:port" where unicast reports arrive
 	SecretFile string   `toml:"secret_file"` // file holding the HMAC key; "" sends unsigned
 	MaxPacket  int      `toml:"max_packet"`  // largest datagram sent, bytes
+	WarmStart  bool     `toml:"warm_start"`  // on start, ask the peers for their table
 }
 
 // Admin configures the HTTP admin endpoint (/metrics, /healthz, /v1/...).
@@ -93,6 +104,19 @@ type Admin struct {
 type Log struct {
 	Format string `toml:"format"` // "text" or "json"
 	Level  string `toml:"level"`  // "debug", "info", "warn" or "error"
+}
+
+// SlogLevel is Level as slog's; a level Validate would reject is Info.
+func (l Log) SlogLevel() slog.Level {
+	switch l.Level {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
 }
 
 // Duration is a time.Duration written in TOML as a string that
@@ -124,12 +148,12 @@ func (d Duration) MarshalText() ([]byte, error) {
 func Default() Config {
 	return Config{
 		Listen: Listen{
-			Unix:        DefaultUnixPath(), // per-user path, writable without root
-			UnixMode:    "0660",            // owner and group may connect
-			UnixGroup:   "",                // keep the daemon's own group
-			TCP:         "",                // no TCP listener
-			MaxConns:    10000,             // connections open at once
-			MaxTagBytes: 256,               // longer tags are keyed by a digest
+			Unix:        DefaultUnixPath(),        // per-user path, writable without root
+			UnixMode:    "0660",                   // owner and group may connect
+			UnixGroup:   "",                       // keep the daemon's own group
+			TCP:         "",                       // no TCP listener
+			MaxConns:    protocol.DefaultMaxConns, // connections open at once
+			MaxTagBytes: 256,                      // longer tags are keyed by a digest
 		},
 		Limit: Limit{
 			Rate:    1.0,     // one request per second per tag, long run
@@ -146,6 +170,7 @@ func Default() Config {
 			Bind:       ":7777",               // unicast reports arrive here, if peers are set
 			SecretFile: "",                    // unsigned reports
 			MaxPacket:  1400,                  // fits a 1500-byte Ethernet MTU
+			WarmStart:  true,                  // ask the peers for their table on start
 		},
 		Admin: Admin{
 			HTTP: "", // no admin endpoint
@@ -153,6 +178,9 @@ func Default() Config {
 		Log: Log{
 			Format: "text", // key=value lines
 			Level:  "info", // starts, stops, peers, warnings; never a line per query
+		},
+		State: State{
+			File: "", // nothing kept across restarts
 		},
 	}
 }

@@ -31,7 +31,7 @@ func TestDefaultValues(t *testing.T) {
 	want := Config{
 		Listen: Listen{Unix: DefaultUnixPath(), UnixMode: "0660", MaxConns: 10000, MaxTagBytes: 256},
 		Limit:  Limit{Rate: 1, Burst: 10, MaxTags: 1000000},
-		Gossip: Gossip{Interval: Duration{time.Second}, TTL: 1, Bind: ":7777", MaxPacket: 1400},
+		Gossip: Gossip{Interval: Duration{time.Second}, TTL: 1, Bind: ":7777", MaxPacket: 1400, WarmStart: true},
 		Log:    Log{Format: "text", Level: "info"},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
@@ -74,10 +74,11 @@ func TestShippedExample(t *testing.T) {
 		},
 		Gossip: Gossip{
 			Interval: Duration{time.Second}, Group: "239.255.77.77:7777", TTL: 1,
-			Peers: []string{}, Bind: ":7777", MaxPacket: 1400,
+			Peers: []string{}, Bind: ":7777", MaxPacket: 1400, WarmStart: true,
 		},
 		Admin: Admin{HTTP: "127.0.0.1:7071"},
 		Log:   Log{Format: "text", Level: "info"},
+		State: State{File: "/var/lib/dthrottle/state"},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("Load(../dthrottle.toml) =\n%+v\nwant\n%+v", c, want)

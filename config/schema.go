@@ -117,9 +117,15 @@ func checkUnknown(md toml.MetaData, lines []keyLine) *Error {
 }
 
 // suggest returns the known key an unknown one most likely meant, or "":
-// a close spelling in the same table, else the same name in another table.
+// the same name in another table when the table has no such key (the key
+// was put in the wrong table), else a close spelling in the same table.
 func suggest(k toml.Key) string {
 	parent, last := strings.Join(k[:len(k)-1], "."), strings.ToLower(k[len(k)-1])
+	for _, s := range schema {
+		if s.path[len(s.path)-1] == last {
+			return s.name
+		}
+	}
 	best, bestDist := "", 3
 	for _, s := range schema {
 		p := s.path[len(s.path)-1]
@@ -130,15 +136,7 @@ func suggest(k toml.Key) string {
 			best, bestDist = s.name, d
 		}
 	}
-	if best != "" {
-		return best
-	}
-	for _, s := range schema {
-		if s.path[len(s.path)-1] == last {
-			return s.name
-		}
-	}
-	return ""
+	return best
 }
 
 // editDistance is the Levenshtein distance between a and b.

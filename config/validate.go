@@ -6,9 +6,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dthrottle/dthrottle/protocol"
 )
 
 // Allowed ranges. dthrottle.toml documents each one beside its key.
@@ -19,7 +22,7 @@ const (
 	maxMaxTags     = 100000000
 	maxMaxConns    = 1000000
 	minMaxTagBytes = 64
-	maxMaxTagBytes = 65536 // a line longer than 64 KiB closes the connection anyway
+	maxMaxTagBytes = protocol.MaxLine // a longer line closes the connection anyway
 	minInterval    = 10 * time.Millisecond
 	maxInterval    = time.Hour
 	maxTTL         = 255
@@ -40,7 +43,7 @@ const (
 // not modify c and does no I/O: it does not resolve names or check that
 // files exist.
 func (c *Config) Validate() error {
-	for _, check := range []func() *Error{c.validateListen, c.validateLimit, c.validatePolicies, c.validateGossip, c.validateAdmin, c.validateLog} {
+	for _, check := range []func() *Error{c.validateListen, c.validateLimit, c.validatePolicies, c.validateGossip, c.validateAdmin, c.validateLog, c.validateState} {
 		if e := check(); e != nil {
 			return e
 		}
@@ -256,6 +259,17 @@ func (c *Config) validateLog() *Error {
 	case "debug", "info", "warn", "error":
 	default:
 		return bad(key("log", "level"), quote(c.Log.Level), `must be one of "debug", "info", "warn", "error"`)
+	}
+	return nil
+}
+
+func (c *Config) validateState() *Error {
+	f := c.State.File
+	switch {
+	case strings.IndexByte(f, 0) >= 0:
+		return bad(key("state", "file"), quote(f), "must not contain a NUL byte")
+	case f != "" && (strings.HasSuffix(f, "/") || filepath.Base(f) == "." || filepath.Base(f) == ".."):
+		return bad(key("state", "file"), quote(f), "must name a file, not a directory")
 	}
 	return nil
 }

@@ -124,6 +124,14 @@ func TestValidateRanges(t *testing.T) {
 		{"admin port 0", func(c *Config) { c.Admin.HTTP = "localhost:0" }, ""},
 		{"admin no port", func(c *Config) { c.Admin.HTTP = "localhost" }, `config: admin.http = "localhost": must be "host:port" (missing port in address)`},
 		{"admin too many colons", func(c *Config) { c.Admin.HTTP = "::1:7071" }, `config: admin.http = "::1:7071": must be "host:port" (too many colons in address)`},
+
+		// state
+		{"state file", func(c *Config) { c.State.File = "/var/lib/dthrottle/state" }, ""},
+		{"state file relative", func(c *Config) { c.State.File = "state" }, ""},
+		{"state file a directory", func(c *Config) { c.State.File = "/var/lib/dthrottle/" }, `config: state.file = "/var/lib/dthrottle/": must name a file, not a directory`},
+		{"state file dot", func(c *Config) { c.State.File = "/var/lib/." }, `config: state.file = "/var/lib/.": must name a file, not a directory`},
+		{"state file NUL", func(c *Config) { c.State.File = "/a\x00b" }, `config: state.file = "/a\x00b": must not contain a NUL byte`},
+		{"warm start off", func(c *Config) { c.Gossip.WarmStart = false }, ""},
 	} {
 		c := Default()
 		tc.set(&c)

@@ -30,11 +30,11 @@ func defaultRun() clusterRun {
 	}
 }
 
-// delay is the longest delivery delay d of DESIGN.md's bound, including
+// delay is the longest delivery delay d of the cluster bound (docs/design.md), including
 // the simulation's clock resolution.
 func (c clusterRun) delay() time.Duration { return c.net.Delay + c.net.Jitter + c.step }
 
-// bound is DESIGN.md §2's most queries served cluster-wide in any window
+// bound is the cluster bound's most queries served cluster-wide in any window
 // of length w: b + r*w + (N-1)*(b + r*(I+d)).
 func (c clusterRun) bound(nodes int, w time.Duration) float64 {
 	b, r := float64(c.burst), c.rate

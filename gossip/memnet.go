@@ -125,8 +125,9 @@ func (n *MemNetwork) reachable(from, to string) bool {
 	return ok1 && ok2 && gf == gt
 }
 
-// send queues b for every node but the sender.
-func (n *MemNetwork) send(from *MemTransport, b []byte) error {
+// send queues b for every node but the sender, or only for the node
+// named only when it is not "".
+func (n *MemNetwork) send(from *MemTransport, b []byte, only string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if from.closed {
@@ -136,7 +137,7 @@ func (n *MemNetwork) send(from *MemTransport, b []byte) error {
 	sent := n.now()
 	data := append([]byte(nil), b...) // shared by the copies; each receiver gets its own at delivery
 	for _, to := range n.nodes {
-		if to == from {
+		if to == from || (only != "" && to.name != only) {
 			continue
 		}
 		if !n.reachable(from.name, to.name) {
@@ -222,7 +223,7 @@ func (t *MemTransport) Name() string { return t.name }
 
 // Send queues a copy of b for every other node on the network; it does
 // not retain b. Nothing arrives until the network's Deliver.
-func (t *MemTransport) Send(b []byte) error { return t.network.send(t, b) }
+func (t *MemTransport) Send(b []byte) error { return t.network.send(t, b, "") }
 
 // Packets returns the channel Deliver fills. It is closed by Close.
 func (t *MemTransport) Packets() <-chan Packet { return t.ch }

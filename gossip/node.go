@@ -39,6 +39,19 @@ type Config struct {
 	// restarted node never applies a datagram its former self may have
 	// applied already (see Receive).
 	Since time.Time
+	// Export, when set, lets the node answer peers' snapshot requests
+	// (warm start): it appends to dst the levels at now of the tags of
+	// part part of the table whose buckets are below their burst, their
+	// keys to keys, and reports whether parts follow. Parts are numbered
+	// from 0.
+	Export func(now time.Time, part int, dst []Level, keys []byte) ([]Level, []byte, bool)
+	// Merge, when set, lets the node warm start (Warm): it lowers the
+	// table's buckets to the levels a peer answered, as of now, and
+	// returns how many it lowered.
+	Merge func(now time.Time, levels []Level) int
+	// SnapshotRate is how many snapshot datagrams a second the node sends
+	// over all the answers under way. Default DefaultSnapshotRate.
+	SnapshotRate float64
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -58,6 +71,7 @@ type Stats struct {
 	Own                            uint64 // our own datagrams heard back
 	Lost                           uint64 // datagrams missing from peers' sequences
 	FingerprintMismatch            uint64 // datagrams from peers with other policies
+	Warm                           WarmStats
 	LastReport                     time.Time
 	LastReportDuration             time.Duration
 }
@@ -84,7 +98,10 @@ type Node struct {
 	stats      Stats
 	authWarned time.Time // when dropped unsigned reports were last logged
 
+	snap snapState // warm start, snapshot.go
+
 	started atomic.Bool
+	kick    chan struct{}      // wakes the running loop to pace snapshots
 	retick  chan time.Duration // a new interval for the running loop
 	stop    chan struct{}
 	stopped chan struct{}
@@ -114,6 +131,9 @@ func NewNode(cfg Config, t Transport) (*Node, error) {
 	if cfg.Since.IsZero() {
 		cfg.Since = time.Now()
 	}
+	if !(cfg.SnapshotRate > 0) {
+		cfg.SnapshotRate = DefaultSnapshotRate
+	}
 	id, err := randomID()
 	if err != nil {
 		return nil, err
@@ -125,6 +145,7 @@ func NewNode(cfg Config, t Transport) (*Node, error) {
 		id:        id,
 		enc:       Encoder{Node: id, Fingerprint: cfg.Fingerprint, MaxPacket: cfg.MaxPacket, Key: cfg.Key},
 		peers:     make(map[uint64]*peer),
+		kick:      make(chan struct{}, 1),
 		retick:    make(chan time.Duration, 1),
 		stop:      make(chan struct{}),
 		stopped:   make(chan struct{}),
@@ -233,6 +254,12 @@ func (n *Node) Receive(p Packet) {
 		n.mu.Unlock()
 		return
 	}
+	if msg.Type == MsgSnapshot {
+		// Answers to one node number their own sequence: snapshot.go.
+		n.mu.Unlock()
+		n.receiveSnapshot(msg, p)
+		return
+	}
 	pr, isNew := n.peer(msg.Node, p)
 	if !pr.accept(msg.Seq) {
 		n.stats.DroppedDuplicate++
@@ -270,6 +297,9 @@ func (n *Node) Receive(p Packet) {
 	}
 	if msg.Type == MsgHits && len(msg.Hits) > 0 {
 		n.cfg.Apply(p.At, msg.Hits)
+	}
+	if msg.Type == MsgSnapshotRequest {
+		n.receiveRequest(msg, p)
 	}
 }
 
@@ -325,11 +355,12 @@ func (n *Node) Peers() []PeerInfo {
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	st := n.stats
 	for _, p := range n.peers {
 		st.Lost += p.info.Lost
 	}
+	n.mu.Unlock()
+	st.Warm = n.WarmStats()
 	return st
 }
 
@@ -380,10 +411,27 @@ func (n *Node) run() {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	packets := n.transport.Packets()
+	var pace <-chan time.Time
+	var paceTicker *time.Ticker
+	defer func() {
+		if paceTicker != nil {
+			paceTicker.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-n.stop:
 			return
+		case <-n.kick:
+			if paceTicker == nil {
+				paceTicker = time.NewTicker(paceEvery)
+				pace = paceTicker.C
+			}
+		case now := <-pace:
+			if !n.Pace(now) {
+				paceTicker.Stop()
+				paceTicker, pace = nil, nil
+			}
 		case d := <-n.retick:
 			tick.Reset(d)
 		case now := <-tick.C:

@@ -6,7 +6,8 @@
 //	offset  size  field
 //	0       2     magic "DT" (0x44 0x54)
 //	2       1     version, 1
-//	3       1     type: 1 hits, 2 heartbeat, 3 reserved (state snapshot)
+//	3       1     type: 1 hits, 2 heartbeat, 3 snapshot answer, 4 snapshot
+//	              request (wire_snapshot.go)
 //	4       1     flags: bit 0 set when the MAC trailer is present; the
 //	              other bits are reserved, written as 0 and ignored on receipt
 //	5       8     sender node id, random per process start
@@ -66,7 +67,7 @@ type MsgType uint8
 const (
 	MsgHits      MsgType = 1 // body: tag → hits
 	MsgHeartbeat MsgType = 2 // a period with no hits; body: empty map
-	// 3 is reserved for a state snapshot sent to a restarting node.
+	// 3 and 4 are the warm start messages, in wire_snapshot.go.
 )
 
 // Version is the wire format version this code writes. Decode accepts only
@@ -88,6 +89,8 @@ type Message struct {
 	// Hits holds, for MsgHits, the body's entries in wire order; never an
 	// empty key or a zero count. Nil for every other type.
 	Hits []Hit
+	// Snapshot holds the body of a MsgSnapshot; nil for every other type.
+	Snapshot *Snapshot
 }
 
 // Errors returned by Decode, to be tested with errors.Is.
@@ -364,6 +367,10 @@ func Decode(b []byte, key []byte) (Message, error) {
 			return Message{}, err
 		}
 		m.Hits = hits
+	case MsgSnapshot, MsgSnapshotRequest:
+		if err := st.decodeWarm(&m, b[headerLen:end]); err != nil {
+			return Message{}, err
+		}
 	}
 	return m, nil
 }

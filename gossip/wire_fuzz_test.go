@@ -18,6 +18,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(plain[0])
 	f.Add([]byte("DT\x01\x01\x00garbage that is not a header"))
 	f.Add([]byte{})
+	f.Add(readHex(f, "testdata/golden_snapshot.hex"))
+	f.Add(readHex(f, "testdata/golden_request.hex"))
 	key := []byte("secret")
 	f.Fuzz(func(t *testing.T, b []byte) {
 		Decode(b, key) // must not panic

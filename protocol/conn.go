@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,6 +35,12 @@ type conn struct {
 	buf   []byte // the read buffer now: small, or larger while a long line arrives
 	r, w  int    // buf[r:w] has been read and not yet answered; it holds no '\n'
 	out   []byte // replies not yet written
+
+	// queries counts the requests this connection answered. Only its own
+	// goroutine writes it, so a query touches no line another core writes;
+	// Server.Stats sums it over the live connections.
+	queries atomic.Uint64
+	_       [56]byte // keeps the next allocation's writes off queries' line
 }
 
 // newConn returns a conn serving nc with lines of at most maxLine bytes.
@@ -102,7 +109,7 @@ func (c *conn) answer(now time.Time) bool {
 		}
 		c.r += consumed
 		if lines > 0 {
-			c.stats.queries.Add(uint64(lines))
+			c.queries.Store(c.queries.Load() + uint64(lines))
 		}
 		if len(c.out) < outFlush {
 			break
@@ -126,7 +133,7 @@ func (c *conn) answerLast() {
 		tag := trimCR(c.buf[c.r:c.w])
 		c.out = appendReply(c.out, decide(c.decider, time.Now(), tag))
 		c.r = c.w
-		c.stats.queries.Add(1)
+		c.queries.Store(c.queries.Load() + 1)
 	}
 	c.flush()
 }

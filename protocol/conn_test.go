@@ -91,7 +91,7 @@ func TestConnBatchesWrites(t *testing.T) {
 	for i := range tags {
 		tags[i] = fmt.Sprintf("t%d", i%13)
 	}
-	fc, _, st := serveFake(newCountDecider(), MaxLine, lines(tags...))
+	fc, c, _ := serveFake(newCountDecider(), MaxLine, lines(tags...))
 	if diff := diffReplies(fc.out.Bytes(), countModel(tags)); diff != "" {
 		t.Fatal(diff)
 	}
@@ -107,8 +107,8 @@ func TestConnBatchesWrites(t *testing.T) {
 	if writes > reads {
 		t.Errorf("%d writes for %d reads", writes, reads)
 	}
-	if st.queries.Load() != uint64(len(tags)) {
-		t.Errorf("counted %d queries, want %d", st.queries.Load(), len(tags))
+	if c.queries.Load() != uint64(len(tags)) {
+		t.Errorf("counted %d queries, want %d", c.queries.Load(), len(tags))
 	}
 }
 
@@ -215,7 +215,7 @@ func FuzzConn(f *testing.F) {
 			rest = rest[n:]
 		}
 		d := &recordDecider{}
-		fc, c, st := serveFake(d, ml, chunks...)
+		fc, c, _ := serveFake(d, ml, chunks...)
 
 		wantReplies, wantTags := modelConn(data, ml)
 		if diff := diffReplies(fc.out.Bytes(), wantReplies); diff != "" {
@@ -224,7 +224,7 @@ func FuzzConn(f *testing.F) {
 		if got := d.seen(); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", wantTags) {
 			t.Fatalf("decider saw %q, want %q", got, wantTags)
 		}
-		if q := st.queries.Load(); q != uint64(len(wantReplies)/replyLen) {
+		if q := c.queries.Load(); q != uint64(len(wantReplies)/replyLen) {
 			t.Fatalf("counted %d queries, want %d", q, len(wantReplies)/replyLen)
 		}
 		checkBatching(t, fc.events)

@@ -62,10 +62,12 @@ type Stats struct {
 	LineTooLong uint64 // connections closed for a line longer than MaxLine
 }
 
-// counters are a Server's statistics, shared with its connections.
+// counters are a Server's statistics, shared with its connections. They
+// change per connection, not per query: each connection counts its own
+// queries, and closedQueries holds those of the connections that ended.
 type counters struct {
-	accepted, rejected, queries, lineTooLong atomic.Uint64
-	active                                   atomic.Int64
+	accepted, rejected, closedQueries, lineTooLong atomic.Uint64
+	active                                         atomic.Int64
 }
 
 // Server serves the line protocol on any number of listeners. It is safe for
@@ -184,13 +186,21 @@ func (s *Server) Close() error {
 	return err
 }
 
-// Stats returns a snapshot of the server's counters.
+// Stats returns a snapshot of the server's counters. It visits every live
+// connection, so it costs in proportion to them: it is for scrapes, not for
+// a hot path.
 func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	queries := s.stats.closedQueries.Load()
+	for c := range s.conns {
+		queries += c.queries.Load()
+	}
+	s.mu.Unlock()
 	return Stats{
 		Accepted:    s.stats.accepted.Load(),
 		Rejected:    s.stats.rejected.Load(),
 		Active:      uint64(max(s.stats.active.Load(), 0)),
-		Queries:     s.stats.queries.Load(),
+		Queries:     queries,
 		LineTooLong: s.stats.lineTooLong.Load(),
 	}
 }
@@ -252,6 +262,7 @@ func (s *Server) run(c *conn) {
 	c.nc.Close()
 	s.mu.Lock()
 	delete(s.conns, c)
+	s.stats.closedQueries.Add(c.queries.Load())
 	s.stats.active.Add(-1)
 	s.mu.Unlock()
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,15 +14,25 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// adminAddr waits for the daemon to log its admin endpoint's address.
+// adminAddr returns the admin endpoint's address once /healthz answers
+// there.
 func (d *daemon) adminAddr(t *testing.T) string {
 	t.Helper()
-	d.awaitLog(t, "msg=\"admin endpoint\"")
-	m := regexp.MustCompile(`msg="admin endpoint" http=(\S+)`).FindStringSubmatch(d.stderr.String())
-	if m == nil {
-		t.Fatalf("admin address not in the log:\n%s", d.stderr)
+	if d.admin == "" {
+		t.Fatal("the daemon's config has no admin endpoint on port 0 for the test to pick")
 	}
-	return m[1]
+	d.adminUp.Do(func() {
+		c := &http.Client{Timeout: time.Second}
+		poll(t, 10*time.Second, "the admin endpoint to answer on "+d.admin, func() bool {
+			res, err := c.Get("http://" + d.admin + "/healthz")
+			if err != nil {
+				return false
+			}
+			res.Body.Close()
+			return res.StatusCode == http.StatusOK
+		})
+	})
+	return d.admin
 }
 
 // httpDo sends one request to the admin endpoint and returns status and body.
@@ -120,7 +129,9 @@ http = "127.0.0.1:0"
 		t.Fatalf("traffic: %q", got)
 	}
 	d.cmd.Process.Signal(syscall.SIGHUP) // a reload to count
-	d.awaitLog(t, "msg=reloaded")
+	poll(t, 10*time.Second, "the reload to be counted", func() bool {
+		return metric(t, scrape(t, addr), "dthrottle_config_reloads_total") == 1
+	})
 
 	fams := scrape(t, addr)
 	for _, c := range []struct {

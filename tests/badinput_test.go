@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -37,10 +36,7 @@ type queryAddr struct{ network, addr string }
 func startBadInput(t *testing.T, maxConns int) (*daemon, string, []queryAddr) {
 	t.Helper()
 	d := startDaemon(t, fmt.Sprintf(badInputConfig, maxConns))
-	admin := d.adminAddr(t)
-	d.awaitLog(t, "msg=listening tcp=")
-	m := regexp.MustCompile(`msg=listening tcp=(\S+)`).FindStringSubmatch(d.stderr.String())
-	return d, admin, []queryAddr{{"unix", d.sock}, {"tcp", m[1]}}
+	return d, d.adminAddr(t), []queryAddr{{"unix", d.sock}, {"tcp", d.tcp}}
 }
 
 // replies spells a reply stream: 'O' for OK, 'N' for NO.

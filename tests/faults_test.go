@@ -17,7 +17,7 @@ import (
 
 // The fault tests hammer one tag on every node of a multi-host cluster
 // (multihost_test.go) while something goes wrong between the peers, and
-// hold the served count to DESIGN.md §2's bound. Each logs a "figures:"
+// hold the served count to the cluster bound (docs/design.md, The cluster bound). Each logs a "figures:"
 // line (go test -v) for README's Reliability table.
 
 const (
@@ -25,7 +25,7 @@ const (
 	faultDelay = 100 * time.Millisecond // d of the bound: delivery over the bridge takes well under 1 ms; this allows for scheduling on a busy 2-core machine
 )
 
-// bound is DESIGN.md §2's most that n nodes with burst b and rate r,
+// bound is the cluster bound's most that n nodes with burst b and rate r,
 // reporting every lanInterval with delivery delay d, serve a tag over a
 // window w: b + r*w + (n-1)*(b + r*(I+d)).
 func bound(n int, c nodeConfig, d, w time.Duration) float64 {
@@ -246,8 +246,8 @@ func faultKill(t *testing.T) {
 		t.Fatalf("restarted node kept its id %s", oldID)
 	}
 	for _, d := range survivors {
-		d.awaitLine(t, `msg="peer joined"`, "node="+newID)
-		d.awaitLine(t, `msg="peer went silent"`, "node="+oldID)
+		d.awaitPeer(t, newID, false)
+		d.awaitPeer(t, oldID, true)
 	}
 	ld.wait(t, 1)
 	alive := append(slices.Clone(survivors), fresh)
@@ -297,13 +297,14 @@ func faultPartition(t *testing.T) {
 }`)
 	ld := startLoad(l.hosts, "split", 8*time.Second)
 	for _, d := range ds[:2] {
-		d.awaitLine(t, `msg="peer went silent"`, "node="+ds[2].nodeID(t))
+		d.awaitPeer(t, ds[2].nodeID(t), true)
+		d.awaitPeer(t, ds[3].nodeID(t), true)
 	}
 	split := at(ld, 4*time.Second).Sub(ld.start) // cut until then
 	nft(t, "delete table bridge partition\n")
 	healed := time.Now() // whole from then on
 	for _, d := range ds[:2] {
-		d.awaitLine(t, `msg="peer heard again"`, "node="+ds[3].nodeID(t))
+		d.awaitPeer(t, ds[3].nodeID(t), false)
 	}
 	ld.wait(t, 0)
 	settle(t, ds, ld.end)

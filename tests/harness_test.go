@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -66,6 +67,12 @@ type daemon struct {
 	sock   string
 	stderr *lockedBuffer
 	done   chan error
+	// admin and tcp are the admin endpoint's and the TCP listener's
+	// addresses, when the config asked for a port of 0: the test picks a
+	// free port instead, so that it knows the address without reading the
+	// log.
+	admin, tcp string
+	adminUp    sync.Once
 }
 
 // startDaemon writes config (with %SOCK% replaced by a socket path in a
@@ -75,11 +82,33 @@ func startDaemon(t *testing.T, config string) *daemon {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "d.sock")
 	path := filepath.Join(dir, "dthrottle.toml")
-	if err := os.WriteFile(path, []byte(strings.ReplaceAll(config, "%SOCK%", sock)), 0o644); err != nil {
+	config, admin := pinPort(t, strings.ReplaceAll(config, "%SOCK%", sock), "http")
+	config, tcp := pinPort(t, config, "tcp")
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	d := runDaemon(t, sock, nil, "-config", path)
+	d.admin, d.tcp = admin, tcp
 	return d
+}
+
+// pinPort replaces the first `key = "host:0"` of config with a port free
+// now on host, and returns the config and that address ("" when there is
+// none). The port could be taken in between, but only by a process that
+// binds ports it was not given.
+func pinPort(t *testing.T, config, key string) (string, string) {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + key + ` = "([^"]*):0"`).FindStringSubmatchIndex(config)
+	if m == nil {
+		return config, ""
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(config[m[2]:m[3]], "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return config[:m[0]] + fmt.Sprintf("%s = %q", key, addr) + config[m[1]:], addr
 }
 
 // runDaemon starts dthrottled with args and waits until sock answers.

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -241,15 +240,25 @@ func poll(t *testing.T, within time.Duration, what string, cond func() bool) {
 	}
 }
 
-// nodeID is the daemon's gossip node id, from its log.
+// nodeID is the daemon's gossip node id, from /v1/stats.
 func (d *daemon) nodeID(t *testing.T) string {
 	t.Helper()
-	d.awaitLog(t, `msg="gossip: started"`)
-	m := regexp.MustCompile(`msg="gossip: started" node=([0-9a-f]{16})`).FindStringSubmatch(d.stderr.String())
-	if m == nil {
-		t.Fatalf("node id not in the log:\n%s", d.stderr)
+	code, body := httpDo(t, http.MethodGet, "http://"+d.adminAddr(t)+"/v1/stats")
+	var st struct{ Gossip struct{ Node string } }
+	if err := json.Unmarshal([]byte(body), &st); code != http.StatusOK || err != nil || len(st.Gossip.Node) != 16 {
+		t.Fatalf("/v1/stats: %d %v: %s", code, err, body)
 	}
-	return m[1]
+	return st.Gossip.Node
+}
+
+// awaitPeer waits until the daemon's peers view holds node, silent or not
+// as asked.
+func (d *daemon) awaitPeer(t *testing.T, node string, silent bool) {
+	t.Helper()
+	poll(t, 10*time.Second, fmt.Sprintf("peer %s silent=%v in the peers view of %s", node, silent, d.sock), func() bool {
+		p, ok := d.peers(t)[node]
+		return ok && p.Silent == silent
+	})
 }
 
 // logLines returns the daemon's log lines that contain every one of parts.
@@ -267,16 +276,9 @@ next:
 	return out
 }
 
-// awaitLine waits until the daemon logs a line with every one of parts.
-func (d *daemon) awaitLine(t *testing.T, parts ...string) {
-	t.Helper()
-	poll(t, 10*time.Second, fmt.Sprintf("a log line with %q on %s", parts, d.sock), func() bool {
-		return len(d.logLines(parts...)) > 0
-	})
-}
-
 // peerView is one entry of /v1/peers.
 type peerView struct {
+	Silent    bool   `json:"silent"`
 	Node      string `json:"node"`
 	Addr      string `json:"addr"`
 	LastHeard string `json:"last_heard"`

@@ -182,7 +182,7 @@ type oneByOne struct{ t *bucket.Table }
 
 func (d oneByOne) Decide(now time.Time, tag []byte) bool { return d.t.Allow(now, tag) }
 
-// TestMapTable checks the map+mutex reference against DESIGN.md §2: a
+// TestMapTable checks the map+mutex reference against docs/design.md, Semantics: a
 // burst, then refusals, then one token back per 1/rate.
 func TestMapTable(t *testing.T) {
 	m := newMapTable(2, 3) // 2 tokens/s, burst 3

@@ -9,7 +9,7 @@
 //	dthrottle-load run -addr unix:/run/dthrottle/dthrottle.sock -conns 4 -depth 64 -tags 10000
 //	dthrottle-load run -proto redis -addr unix:/tmp/redis.sock -conns 32 -depth 1
 //
-// compare runs the benchmark of DESIGN.md §8 against a dthrottled and a
+// compare runs the benchmark of README.md's Performance section against a dthrottled and a
 // redis-server already running (bench/compare.sh starts both) and a bare
 // echo server it starts itself as a child process: every scenario three
 // times, the systems interleaved, then prints medians and ratios as a

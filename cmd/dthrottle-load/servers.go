@@ -76,8 +76,8 @@ func threadCPU() time.Duration {
 }
 
 // mapTable is the table a first attempt would write, the calibration of
-// DESIGN.md §8: a Go map from tag to bucket behind one mutex, the bucket
-// of DESIGN.md §2 (tokens and the time they were counted) in float64.
+// README.md's Performance section: a Go map from tag to bucket behind one mutex, the bucket
+// of docs/design.md, Semantics (tokens and the time they were counted) in float64.
 type mapTable struct {
 	mu      sync.Mutex
 	buckets map[string]*mapBucket
@@ -175,7 +175,7 @@ func lineConn(c net.Conn, decide decideFunc) {
 	}
 }
 
-// luaBucket is the leaky bucket of DESIGN.md §2 as a Redis script; see
+// luaBucket is the leaky bucket of docs/design.md, Semantics, as a Redis script; see
 // the file for what it does. Queries call it with EVALSHA.
 //
 //go:embed leaky_bucket.lua

@@ -1,9 +1,12 @@
 // Command dthrottled answers throttling queries from a local leaky-bucket
 // table: a client sends a tag and a newline, and reads OK or NO. Peers
 // share the hits they served, so a tag holds one rate across the cluster.
+// The daemon itself is package internal/daemon; this command parses flags,
+// loads the config, handles signals and talks to systemd.
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/config"
+	"github.com/dthrottle/dthrottle/internal/daemon"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -45,7 +49,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "dthrottled %s\n", versionString())
 		return 0
 	}
-
 	cfg := config.Default()
 	if *path != "" {
 		var err error
@@ -63,95 +66,53 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 
-	log, level := newLogger(cfg.Log, stderr)
-	notify := notifier{log}
-	d, err := start(cfg, *path, log, level)
-	if err != nil {
-		log.Error("cannot start", "config", describe(*path), "err", err)
-		return 1
+	level := new(slog.LevelVar)
+	level.Set(cfg.Log.SlogLevel())
+	var handler slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})
+	if cfg.Log.Format == "json" {
+		handler = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
 	}
+	log := slog.New(handler)
+	notify := notifier{log}
+	inherited, err := daemon.SystemdListeners()
+	if err == nil {
+		var d *daemon.Daemon
+		d, err = daemon.New(daemon.Options{Config: cfg, Path: *path, Listeners: inherited, Logger: log,
+			Level: level, Notifier: notify, WatchdogEvery: notify.watchdogEvery(), Version: versionString()})
+		if err == nil {
+			return serve(d, log)
+		}
+	}
+	log.Error("cannot start", "config", describe(*path), "err", err)
+	return 1
+}
+
+// serve runs d until SIGINT or SIGTERM, reloading it on SIGHUP.
+func serve(d *daemon.Daemon, log *slog.Logger) int {
+	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
-	var watchdog <-chan time.Time
-	if every := notify.watchdogEvery(); every > 0 {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		watchdog = t.C
-	}
-	notify.ready()
-
-	exit := 0
-loop:
-	for {
-		select {
-		case sig := <-sigs:
+	go func() {
+		for sig := range sigs {
 			if sig == syscall.SIGHUP {
-				notify.reloading()
-				d.reloaded(d.reload())
-				notify.ready()
+				d.Reload()
 				continue
 			}
 			log.Info("stopping", "signal", sig.String())
-			break loop
-		case <-watchdog:
-			if d.healthy() {
-				notify.watchdog()
-			} else {
-				log.Error("table not answering: not feeding the watchdog")
-			}
-		case err := <-d.failed:
-			log.Error("listener failed", "err", err)
-			exit = 1
-			break loop
+			cancel()
+			return
 		}
+	}()
+	exit := 0
+	if err := d.Run(ctx); err != nil {
+		exit = 1
 	}
-	notify.stopping()
-	if err := d.stop(shutdownGrace); err != nil {
+	if err := d.Close(shutdownGrace); err != nil {
 		log.Warn("unclean stop", "err", err)
 		exit = 1
 	}
-	log.Info("stopped")
 	return exit
-}
-
-// reloaded logs and counts the outcome of a reload.
-func (d *daemon) reloaded(err error) {
-	d.mu.Lock()
-	if err != nil {
-		d.reloadFailures++
-	} else {
-		d.reloads++
-	}
-	d.mu.Unlock()
-	if err != nil {
-		d.log.Error("reload failed: keeping the running config", "err", err)
-	}
-}
-
-// newLogger writes to w in the configured format, from the configured
-// level on; the level can change on reload.
-func newLogger(cfg config.Log, w io.Writer) (*slog.Logger, *slog.LevelVar) {
-	level := new(slog.LevelVar)
-	level.Set(logLevel(cfg.Level))
-	opts := &slog.HandlerOptions{Level: level}
-	if cfg.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts)), level
-	}
-	return slog.New(slog.NewTextHandler(w, opts)), level
-}
-
-// logLevel maps a validated log.level to slog's.
-func logLevel(s string) slog.Level {
-	switch s {
-	case "debug":
-		return slog.LevelDebug
-	case "warn":
-		return slog.LevelWarn
-	case "error":
-		return slog.LevelError
-	}
-	return slog.LevelInfo
 }
 
 func describe(path string) string {

@@ -8,7 +8,8 @@ import (
 )
 
 // notifier tells systemd (Type=notify) what the daemon is doing, over
-// NOTIFY_SOCKET. Without NOTIFY_SOCKET every call does nothing.
+// NOTIFY_SOCKET; without NOTIFY_SOCKET it does nothing. It is the daemon's
+// Notifier.
 type notifier struct{ log *slog.Logger }
 
 func (n notifier) send(state string) {
@@ -17,22 +18,12 @@ func (n notifier) send(state string) {
 	}
 }
 
-// ready says the daemon serves, after a start or a reload.
-func (n notifier) ready() { n.send(sd.SdNotifyReady) }
+func (n notifier) Ready()     { n.send(sd.SdNotifyReady) }
+func (n notifier) Reloading() { n.send(sd.SdNotifyReloading + "\n" + sd.SdNotifyMonotonicUsec()) }
+func (n notifier) Stopping()  { n.send(sd.SdNotifyStopping) }
+func (n notifier) Watchdog()  { n.send(sd.SdNotifyWatchdog) }
 
-// reloading says a reload began; systemd wants the monotonic time with it.
-func (n notifier) reloading() {
-	n.send(sd.SdNotifyReloading + "\n" + sd.SdNotifyMonotonicUsec())
-}
-
-// stopping says a stop began.
-func (n notifier) stopping() { n.send(sd.SdNotifyStopping) }
-
-// watchdog feeds systemd's watchdog.
-func (n notifier) watchdog() { n.send(sd.SdNotifyWatchdog) }
-
-// watchdogEvery returns how often to feed the watchdog (half the interval
-// systemd set in WATCHDOG_USEC), or 0 when there is none.
+// watchdogEvery is half the interval systemd set in WATCHDOG_USEC, or 0.
 func (n notifier) watchdogEvery() time.Duration {
 	d, err := sd.SdWatchdogEnabled(false)
 	if err != nil {

@@ -1,9 +1,8 @@
-package main
+package daemon
 
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/dthrottle/dthrottle/admin"
 	"github.com/dthrottle/dthrottle/bucket"
@@ -11,7 +10,7 @@ import (
 )
 
 // startAdmin serves the admin endpoint on cfg.HTTP, when set.
-func (d *daemon) startAdmin(cfg config.Admin) error {
+func (d *Daemon) startAdmin(cfg config.Admin) error {
 	if cfg.HTTP == "" {
 		return nil
 	}
@@ -35,14 +34,14 @@ func (d *daemon) startAdmin(cfg config.Admin) error {
 }
 
 // snapshot gathers the counters the admin endpoint serves.
-func (d *daemon) snapshot() admin.Snapshot {
+func (d *Daemon) snapshot() admin.Snapshot {
 	ts := d.table.Stats()
 	ss := d.server.Stats()
 	d.mu.Lock()
 	reloads, failures := d.reloads, d.reloadFailures
 	d.mu.Unlock()
 	s := admin.Snapshot{
-		Version:        versionString(),
+		Version:        d.version,
 		Started:        d.started,
 		Tags:           ts.Tags,
 		Evictions:      ts.Evictions,
@@ -77,7 +76,7 @@ func (d *daemon) snapshot() admin.Snapshot {
 }
 
 // peers is the gossip peers view, nil when gossip is off.
-func (d *daemon) peers() []admin.Peer {
+func (d *Daemon) peers() []admin.Peer {
 	if d.gossip == nil {
 		return nil
 	}
@@ -92,9 +91,9 @@ func (d *daemon) peers() []admin.Peer {
 
 // tagView is one tag's state now; an untracked tag is a full bucket of the
 // policy it falls under.
-func (d *daemon) tagView(tag string) admin.TagView {
+func (d *Daemon) tagView(tag string) admin.TagView {
 	key := d.table.Key([]byte(tag))
-	st, err := d.table.Peek(time.Now(), key)
+	st, err := d.table.Peek(d.now(), key)
 	if err != nil && !errors.Is(err, bucket.ErrUnknownTag) {
 		d.log.Warn("admin: reading a tag", "err", err)
 	}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bytes"
@@ -19,42 +19,30 @@ type gossipRun struct {
 	unicast *gossip.UDPTransport
 }
 
-// startGossip opens the configured transports and starts reporting the
-// table's hits to the peers and applying theirs. It returns nil when no
-// group and no peers are configured: then nothing leaves the host.
-func startGossip(cfg config.Gossip, table *bucket.Table, log *slog.Logger) (*gossipRun, error) {
+// startGossip opens the configured transports (or has open tell it which)
+// and builds the node that reports the table's hits to the peers and
+// applies theirs; Run starts it. It returns nil when no group and no peers
+// are configured: then nothing leaves the host.
+func (d *Daemon) startGossip(cfg config.Gossip, open func(config.Gossip) (gossip.Transport, error)) (*gossipRun, error) {
 	if cfg.Group == "" && len(cfg.Peers) == 0 {
 		return nil, nil
 	}
+	log := d.log
 	key, err := readSecret(cfg.SecretFile, log)
 	if err != nil {
 		return nil, err
 	}
-	var ts []gossip.Transport
 	run := &gossipRun{}
-	closeAll := func() {
-		for _, t := range ts {
-			t.Close()
-		}
+	var t gossip.Transport
+	if open != nil {
+		t, err = open(cfg)
+	} else {
+		t, run.unicast, err = openUDP(cfg, log)
 	}
-	if cfg.Group != "" {
-		t, err := gossip.ListenMulticast(gossip.MulticastConfig{Group: cfg.Group, Interface: cfg.Interface, TTL: cfg.TTL, Logger: log})
-		if err != nil {
-			return nil, fmt.Errorf("gossip multicast %s: %w", cfg.Group, err)
-		}
-		ts = append(ts, t)
-		log.Info("gossip: multicast", "group", cfg.Group, "interface", cfg.Interface, "ttl", cfg.TTL)
+	if err != nil {
+		return nil, err
 	}
-	if len(cfg.Peers) > 0 {
-		t, err := gossip.ListenUnicast(gossip.UnicastConfig{Bind: cfg.Bind, Peers: cfg.Peers, Logger: log})
-		if err != nil {
-			closeAll()
-			return nil, fmt.Errorf("gossip unicast %s: %w", cfg.Bind, err)
-		}
-		ts = append(ts, t)
-		run.unicast = t
-		log.Info("gossip: unicast", "bind", t.LocalAddr().String(), "peers", len(cfg.Peers))
-	}
+	table := d.table
 	var drained []bucket.Hit
 	node, err := gossip.NewNode(gossip.Config{
 		Interval:    cfg.Interval.Duration,
@@ -73,17 +61,45 @@ func startGossip(cfg config.Gossip, table *bucket.Table, log *slog.Logger) (*gos
 				table.Spend(now, h.Key, h.Count)
 			}
 		},
+		Export: warmExport(table),
+		Merge:  warmMerge(table),
 		Logger: log,
-	}, gossip.Multi(ts...))
+	}, t)
 	if err != nil {
-		closeAll()
+		t.Close()
 		return nil, err
 	}
 	log.Info("gossip: started", "node", fmt.Sprintf("%016x", node.ID()), "interval", cfg.Interval.Duration,
 		"signed", key != nil, "fingerprint", fmt.Sprintf("%016x", table.Fingerprint()))
-	node.Start()
 	run.node = node
 	return run, nil
+}
+
+// openUDP opens the multicast and unicast sockets cfg names, as one
+// transport; unicast is the one a reload gives new peers to.
+func openUDP(cfg config.Gossip, log *slog.Logger) (_ gossip.Transport, unicast *gossip.UDPTransport, err error) {
+	var ts []gossip.Transport
+	if cfg.Group != "" {
+		t, err := gossip.ListenMulticast(gossip.MulticastConfig{Group: cfg.Group, Interface: cfg.Interface, TTL: cfg.TTL, Logger: log})
+		if err != nil {
+			return nil, nil, fmt.Errorf("gossip multicast %s: %w", cfg.Group, err)
+		}
+		ts = append(ts, t)
+		log.Info("gossip: multicast", "group", cfg.Group, "interface", cfg.Interface, "ttl", cfg.TTL)
+	}
+	if len(cfg.Peers) > 0 {
+		t, err := gossip.ListenUnicast(gossip.UnicastConfig{Bind: cfg.Bind, Peers: cfg.Peers, Logger: log})
+		if err != nil {
+			for _, t := range ts {
+				t.Close()
+			}
+			return nil, nil, fmt.Errorf("gossip unicast %s: %w", cfg.Bind, err)
+		}
+		ts = append(ts, t)
+		unicast = t
+		log.Info("gossip: unicast", "bind", t.LocalAddr().String(), "peers", len(cfg.Peers))
+	}
+	return gossip.Multi(ts...), unicast, nil
 }
 
 // readSecret reads the HMAC key from path ("" means none). Surrounding

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"errors"
@@ -10,7 +10,35 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/dthrottle/dthrottle/config"
 )
+
+// listen opens the configured Unix and TCP listeners.
+func (d *Daemon) listen(cfg config.Listen) error {
+	if cfg.Unix != "" {
+		c := config.Config{Listen: cfg}
+		mode := c.UnixModeBits()
+		l, unlock, err := listenUnix(cfg.Unix, mode, cfg.UnixGroup)
+		if err != nil {
+			return err
+		}
+		d.listeners, d.unlock = append(d.listeners, NamedListener{l, "unix"}), unlock
+		d.log.Info("listening", "unix", cfg.Unix, "mode", fmt.Sprintf("%#o", mode), "group", cfg.UnixGroup)
+	}
+	if cfg.TCP != "" {
+		l, err := net.Listen("tcp", cfg.TCP)
+		if err != nil {
+			return fmt.Errorf("listening on tcp %s: %w", cfg.TCP, err)
+		}
+		d.listeners = append(d.listeners, NamedListener{l, "tcp"})
+		d.log.Info("listening", "tcp", l.Addr().String())
+		if ta, ok := l.Addr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
+			d.log.Warn("tcp listener is reachable from other hosts: anyone who can connect can spend tags", "tcp", l.Addr().String())
+		}
+	}
+	return nil
+}
 
 // listenUnix listens on a Unix socket at path with the given mode and group
 // ("" keeps the user's group). A lock file beside it (path + ".lock") keeps

@@ -1,61 +1,87 @@
-package main
+package daemon
 
 import (
 	"fmt"
 	"reflect"
 	"slices"
-	"time"
 
 	"github.com/dthrottle/dthrottle/config"
 	"github.com/dthrottle/dthrottle/gossip"
 )
 
-// reload rereads the config file and applies it without losing bucket
+// Reload rereads the config file and applies it without losing bucket
 // state: policies, rates, bursts, max_tags, max_tag_bytes, the gossip
 // interval, secret, max_packet and peers, and the log level change live.
-// A file that fails validation changes nothing. Settings that need new
-// sockets are reported as needing a restart and keep their running value.
-func (d *daemon) reload() error {
+// A file that fails validation changes nothing and is logged and counted.
+// Settings that need new sockets are logged as needing a restart and keep
+// their running value. The Notifier hears of the reload, and an Event
+// reports its outcome.
+func (d *Daemon) Reload() error {
+	d.notify.Reloading()
+	restart, err := d.reload()
+	d.mu.Lock()
+	if err != nil {
+		d.reloadFailures++
+	} else {
+		d.reloads++
+	}
+	d.mu.Unlock()
+	if err != nil {
+		d.log.Error("reload failed: keeping the running config", "err", err)
+		d.event(Event{Kind: ReloadFailed, Err: err})
+	} else {
+		d.event(Event{Kind: Reloaded, Keys: restart})
+	}
+	d.notify.Ready()
+	return err
+}
+
+// reload applies the file, returning the changed settings that need a
+// restart.
+func (d *Daemon) reload() ([]string, error) {
 	if d.path == "" {
-		return fmt.Errorf("running on built-in defaults: no config file to reload")
+		return nil, fmt.Errorf("running on built-in defaults: no config file to reload")
 	}
 	next, err := config.Load(d.path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	d.mu.Lock()
 	cur := d.cfg
 	d.mu.Unlock()
-	for _, key := range needsRestart(cur, next) {
+	restart := needsRestart(cur, next)
+	for _, key := range restart {
 		d.log.Warn("reload: change needs a restart to take effect", "key", key)
 	}
 	var key []byte
 	if d.gossip != nil {
 		if key, err = readSecret(next.Gossip.SecretFile, d.log); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if err := d.table.Reconfigure(time.Now(), tableConfig(next)); err != nil {
-		return err
+	if err := d.table.Reconfigure(d.now(), tableConfig(next)); err != nil {
+		return nil, err
 	}
 	if d.gossip != nil {
 		if err := d.gossip.node.Update(gossip.Update{Interval: next.Gossip.Interval.Duration,
 			MaxPacket: next.Gossip.MaxPacket, Key: key, Fingerprint: d.table.Fingerprint()}); err != nil {
-			return err
+			return nil, err
 		}
 		if d.gossip.unicast != nil && !slices.Equal(cur.Gossip.Peers, next.Gossip.Peers) {
 			if err := d.gossip.unicast.SetPeers(next.Gossip.Peers); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	d.level.Set(logLevel(next.Log.Level))
+	if d.level != nil {
+		d.level.Set(next.Log.SlogLevel())
+	}
 	d.mu.Lock()
 	d.cfg = next
 	d.mu.Unlock()
 	d.log.Info("reloaded", "config", d.path, "rate", next.Limit.Rate, "burst", next.Limit.Burst,
 		"policies", len(next.Policy), "max_tags", next.Limit.MaxTags, "fingerprint", fmt.Sprintf("%016x", d.table.Fingerprint()))
-	return nil
+	return restart, nil
 }
 
 // needsRestart names the settings that differ between cur and next and

@@ -1,0 +1,151 @@
+package bucket
+
+import (
+	"hash/maphash"
+	"math"
+	"time"
+)
+
+// This file owns the table's export and conservative merge: what a state
+// file and a snapshot sent to a restarting peer are made of.
+
+// Level is one tag's bucket as exported: its key and how many tokens it
+// held at the instant of the export. Only buckets below their burst are
+// exported (a full bucket is the same as an absent tag); Tokens is
+// negative for a bucket in debt. Unreported hits are not part of a level:
+// they were, or will be, reported by the node that served them.
+type Level struct {
+	// Key is the tag's key as the table keeps it (a long tag in digest
+	// form). In what ExportShard and Export return, it aliases a buffer
+	// that the next call reuses.
+	Key    []byte
+	Tokens float64
+}
+
+// Shards is how many parts the table is split in: ExportShard takes a
+// part's number, from 0 to Shards()-1.
+func (t *Table) Shards() int { return len(t.shards) }
+
+// ExportShard appends to dst the level at now of every tag of shard i
+// whose bucket is below its burst, and their keys to keys, and returns
+// both. The levels' keys alias keys. It holds the shard's lock while it
+// copies the shard's records, and no other; with buffers reused from the
+// last call, it does not allocate. Nothing in the table changes. It panics
+// if i is not in [0, Shards()).
+func (t *Table) ExportShard(now time.Time, i int, dst []Level, keys []byte) ([]Level, []byte) {
+	s := &t.shards[i]
+	first, keyStart := len(dst), len(keys)
+	s.mu.Lock()
+	n := max(s.now, now.UnixNano())
+	for _, e := range s.index.slots {
+		if e == 0 {
+			continue
+		}
+		r := s.arena.rec(uint32(e))
+		tat := r.tat()
+		if tat <= n {
+			continue
+		}
+		k := r.key()
+		keys = append(keys, k...)
+		// The key's length, kept in Key's length until keys stops moving.
+		dst = append(dst, Level{Key: k, Tokens: s.policies[r.policy()].tokens(tat, n)})
+	}
+	s.mu.Unlock()
+	off := keyStart
+	for j := first; j < len(dst); j++ {
+		l := len(dst[j].Key)
+		dst[j].Key = keys[off : off+l : off+l]
+		off += l
+	}
+	return dst, keys
+}
+
+// Export calls fn with the levels at now of every tag whose bucket is
+// below its burst, shard by shard, each call with the tags of one shard
+// (none for an empty one). The slice and the keys are reused for the next
+// call: fn must not retain them. Export stops at, and returns, fn's first
+// error. Tags that change while Export runs are seen as they are when
+// their shard is read.
+func (t *Table) Export(now time.Time, fn func([]Level) error) error {
+	var levels []Level
+	var keys []byte
+	for i := range t.shards {
+		levels, keys = t.ExportShard(now, i, levels[:0], keys[:0])
+		if len(levels) == 0 {
+			continue
+		}
+		if err := fn(levels); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Merge lowers each tag's bucket to the level reported for it, as it was
+// age before now, and returns how many buckets it lowered. It is
+// conservative: a bucket takes the lower of its own level and the one
+// reported, refilled at the rate since, so it never gives back a token
+// spent since; a report of a fuller bucket changes nothing. Merging the
+// same levels twice is the same as merging them once.
+//
+// A level is applied under the policy its key matches now, capped at that
+// policy's burst, as Reconfigure keeps tokens; keys under an allow or deny
+// policy, empty keys, keys longer than the table keeps and levels that are
+// not numbers are ignored. Unreported hits are neither read nor changed.
+// Merge takes keys as Export returns them and does not retain them.
+func (t *Table) Merge(now time.Time, age time.Duration, levels []Level) (lowered int) {
+	ns := now.UnixNano()
+	maxKey := int(t.maxTagBytes.Load()) + 1 // a digest key's length
+	for _, lv := range levels {
+		if len(lv.Key) == 0 || len(lv.Key) > maxKey || math.IsNaN(lv.Tokens) {
+			continue
+		}
+		h := maphash.Bytes(t.seed, lv.Key)
+		s := &t.shards[h>>t.shift]
+		s.mu.Lock()
+		if s.merge(s.advance(ns), h, lv.Key, lv.Tokens, int64(age)) {
+			lowered++
+		}
+		s.mu.Unlock()
+	}
+	return lowered
+}
+
+// merge lowers key's bucket, key hashing to h, to tokens as of age
+// nanoseconds before now, and reports whether it did.
+func (s *shard) merge(now int64, h uint64, key []byte, tokens float64, age int64) bool {
+	pi := match(s.policies, key)
+	p := &s.policies[pi]
+	if p.Action != Limit {
+		return false
+	}
+	tat := p.tatAfter(tokens, now-min(max(age, 0), maxAhead))
+	if tat <= now {
+		return false // full again by now
+	}
+	pos, ref := s.index.lookup(&s.arena, h, key)
+	if ref == 0 {
+		ref = s.insert(now, h, pos, key, pi)
+	}
+	r := s.arena.rec(ref)
+	if tat <= r.tat() {
+		return false
+	}
+	r.setTat(tat)
+	return true
+}
+
+// tatAfter is the theoretical arrival time of a bucket that held tokens
+// at instant at, capped at the burst and rounded up (a rounding never
+// refunds); at most maxAhead past at.
+func (c *compiled) tatAfter(tokens float64, at int64) int64 {
+	if tokens >= float64(c.Burst) {
+		return at
+	}
+	ahead := math.Ceil((float64(c.Burst) - tokens) * float64(c.perToken))
+	if ahead >= float64(maxAhead) {
+		return at + maxAhead
+	}
+	return at + int64(ahead)
+}

@@ -1,0 +1,74 @@
+package gossip
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+)
+
+// Unicaster is a Transport that can also send a datagram to one peer
+// only: the one a received Packet came From. Warm start answers a
+// snapshot request through it; a transport without it cannot answer.
+type Unicaster interface {
+	// SendTo sends b to the address to, as a Packet's From gives it. It
+	// does not retain b. After Close it returns an error matching
+	// net.ErrClosed.
+	SendTo(b []byte, to string) error
+}
+
+// ErrNoUnicast is returned by SendTo when no transport can reach a single
+// address: a multicast socket, bound to its group, hears no unicast reply.
+var ErrNoUnicast = errors.New("gossip: no unicast transport")
+
+var (
+	_ Unicaster = (*MemTransport)(nil)
+	_ Unicaster = (*UDPTransport)(nil)
+	_ Unicaster = (*multi)(nil)
+)
+
+// SendTo queues a copy of b for the node named to only, with the
+// network's faults; a name not on the network receives nothing.
+func (t *MemTransport) SendTo(b []byte, to string) error {
+	if to == "" {
+		return fmt.Errorf("gossip: send to an empty name")
+	}
+	return t.network.send(t, b, to)
+}
+
+// SendTo writes b to the address to ("ip:port"). A multicast transport
+// refuses with ErrNoUnicast: its socket, bound to the group, would not
+// hear a reply sent the same way, so warm start needs unicast peers.
+func (t *UDPTransport) SendTo(b []byte, to string) error {
+	if t.ctx.Err() != nil {
+		return fmt.Errorf("gossip: send: %w", net.ErrClosed)
+	}
+	if la, ok := t.conn.LocalAddr().(*net.UDPAddr); ok && la.IP.IsMulticast() {
+		return ErrNoUnicast
+	}
+	ap, err := netip.ParseAddrPort(to)
+	if err != nil {
+		return fmt.Errorf("gossip: send to %q: %w", to, err)
+	}
+	_, err = t.conn.WriteToUDPAddrPort(b, ap)
+	return err
+}
+
+// SendTo sends b through the first of the combined transports that can
+// send to one address.
+func (m *multi) SendTo(b []byte, to string) error {
+	select {
+	case <-m.done:
+		return net.ErrClosed
+	default:
+	}
+	err := ErrNoUnicast
+	for _, t := range m.ts {
+		if u, ok := t.(Unicaster); ok {
+			if err = u.SendTo(b, to); !errors.Is(err, ErrNoUnicast) {
+				return err
+			}
+		}
+	}
+	return err
+}

@@ -1,0 +1,384 @@
+// Package daemon is a running dthrottled: the tag table, the line server
+// and its listeners, the gossip with the peers and the admin endpoint,
+// wired together. It owns start, reload and stop; cmd/dthrottled only
+// parses flags, loads the config, handles signals and talks to systemd.
+//
+// Everything a daemon reaches outside itself is injected through
+// [Options]: listeners, clock, logger, notifier, gossip transports. So the
+// whole daemon runs in a test's process, and tests wait on its [Event]s
+// rather than on its log.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dthrottle/dthrottle/admin"
+	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/config"
+	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/protocol"
+)
+
+// Options is what New needs besides the config. Only Config is required;
+// every other field has a working zero value.
+type Options struct {
+	// Config is the validated configuration to run.
+	Config config.Config
+	// Path is the config file Reload rereads; "" means the built-in
+	// defaults, which cannot be reloaded.
+	Path string
+	// Listeners, when set, serve the query protocol instead of the
+	// listen.unix and listen.tcp of Config (systemd's socket activation
+	// passes them). The daemon closes them when it stops.
+	Listeners []NamedListener
+	// Logger receives the daemon's log; nil discards.
+	Logger *slog.Logger
+	// Level, when set, follows log.level across reloads.
+	Level *slog.LevelVar
+	// Clock gives the time every decision is taken at; nil is time.Now.
+	Clock func() time.Time
+	// Notifier is told when the daemon is ready, reloading and stopping;
+	// nil tells no one.
+	Notifier Notifier
+	// WatchdogEvery is how often Run feeds Notifier.Watchdog while the table
+	// answers; 0 never.
+	WatchdogEvery time.Duration
+	// Transports, when set, opens the gossip transports instead of UDP
+	// sockets: tests gossip over an in-memory network. It is called only
+	// when gossip is configured (a group or peers).
+	Transports func(config.Gossip) (gossip.Transport, error)
+	// OnEvent, when set, is called with every Event, synchronously, from
+	// whichever goroutine caused it: it must not block or call back into the
+	// daemon.
+	OnEvent func(Event)
+	// Version is reported in the log and by the admin endpoint.
+	Version string
+}
+
+// NamedListener is a listener with the name it is known by in the log
+// (a systemd FileDescriptorName, say).
+type NamedListener struct {
+	net.Listener
+	Name string
+}
+
+// Notifier is told of the daemon's life, as systemd's sd_notify is. Its
+// methods are called from the goroutines of Run and Reload.
+type Notifier interface {
+	Ready()     // serving, after a start or a reload
+	Reloading() // a reload began
+	Stopping()  // a stop began
+	Watchdog()  // the table answers
+}
+
+// Daemon is a running dthrottled. Create it with New, serve with Run, stop
+// with Close. Reload, Snapshot and Healthy are safe for concurrent use with
+// each other and with Run.
+type Daemon struct {
+	log      *slog.Logger
+	level    *slog.LevelVar
+	path     string
+	started  time.Time
+	now      func() time.Time
+	notify   Notifier
+	watchdog time.Duration
+	onEvent  func(Event)
+	version  string
+	ownClock bool // Clock was injected: decisions ignore the line server's time
+
+	table     *bucket.Table
+	server    *protocol.Server
+	gossip    *gossipRun    // nil when no group and no peers are configured
+	admin     *admin.Server // nil unless admin.http is set
+	listeners []NamedListener
+	unlock    func() // releases the Unix socket's lock file
+	failed    chan error
+
+	stateMu sync.Mutex // guards state
+	state   StateStats
+
+	mu                      sync.Mutex // guards cfg, the reload counts and closed
+	cfg                     config.Config
+	reloads, reloadFailures uint64
+	closed                  bool
+	closeErr                error
+}
+
+// New builds a daemon from a validated config: the table, the listeners
+// (unless given), the gossip node and the admin endpoint. It serves nothing
+// until Run. On error, nothing is left open.
+func New(opts Options) (_ *Daemon, err error) {
+	cfg := opts.Config
+	d := &Daemon{
+		log: opts.Logger, level: opts.Level, path: opts.Path, now: opts.Clock,
+		notify: opts.Notifier, watchdog: opts.WatchdogEvery, onEvent: opts.OnEvent,
+		version: opts.Version, cfg: cfg, unlock: func() {}, failed: make(chan error, 4),
+	}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	if d.ownClock = d.now != nil; !d.ownClock {
+		d.now = time.Now
+	}
+	if d.notify == nil {
+		d.notify = silent{}
+	}
+	if d.onEvent == nil {
+		d.onEvent = func(Event) {}
+	}
+	d.started = d.now()
+	if d.table, err = bucket.New(tableConfig(cfg)); err != nil {
+		return nil, err
+	}
+	d.loadState(cfg)
+	defer func() {
+		if err != nil {
+			d.closeListeners()
+		}
+	}()
+	if len(opts.Listeners) > 0 {
+		d.listeners = opts.Listeners
+		for _, l := range d.listeners {
+			d.log.Info("listening on a socket passed by systemd", "name", l.Name, l.Addr().Network(), l.Addr().String())
+		}
+		d.log.Info("socket activation: listen.unix and listen.tcp are not used")
+	} else if err := d.listen(cfg.Listen); err != nil {
+		return nil, err
+	}
+	if d.gossip, err = d.startGossip(cfg.Gossip, opts.Transports); err != nil {
+		return nil, err
+	}
+	warnFewFiles(cfg.Listen.MaxConns, d.log)
+	d.server = protocol.NewServer(d.decider(), protocol.Config{MaxConns: cfg.Listen.MaxConns, Logger: d.log})
+	if err := d.startAdmin(cfg.Admin); err != nil {
+		if d.gossip != nil {
+			d.gossip.node.Stop(context.Background())
+		}
+		return nil, err
+	}
+	return d, nil
+}
+
+// Run serves until ctx is done or a listener fails, feeding the watchdog
+// meanwhile. It returns nil when ctx ended it and the listener's error
+// otherwise; either way, Close stops the daemon.
+func (d *Daemon) Run(ctx context.Context) error {
+	for _, l := range d.listeners {
+		go func(l net.Listener) {
+			if err := d.server.Serve(l); err != nil {
+				d.failed <- fmt.Errorf("serving %s: %w", l.Addr(), err)
+			}
+		}(l.Listener)
+	}
+	cfg := d.Config()
+	if d.gossip != nil {
+		d.gossip.node.Start()
+		if cfg.Gossip.WarmStart {
+			d.gossip.node.Warm(d.now())
+		}
+	}
+	d.log.Info("started", "version", d.version, "config", describe(d.path), "rate", cfg.Limit.Rate,
+		"burst", cfg.Limit.Burst, "policies", len(cfg.Policy), "max_tags", cfg.Limit.MaxTags)
+	d.event(Event{Kind: Started})
+	d.notify.Ready()
+	var watchdog <-chan time.Time
+	if d.watchdog > 0 {
+		t := time.NewTicker(d.watchdog)
+		defer t.Stop()
+		watchdog = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-watchdog:
+			if d.Healthy() {
+				d.notify.Watchdog()
+			} else {
+				d.log.Error("table not answering: not feeding the watchdog")
+			}
+		case err := <-d.failed:
+			d.log.Error("listener failed", "err", err)
+			d.event(Event{Kind: Failed, Err: err})
+			return err
+		}
+	}
+}
+
+// Close stops accepting and lets every connection answer what it has read,
+// for up to grace; a client that does not read its replies is then cut
+// off, which is logged but not an error. Then it reports the hits not yet
+// reported, so a clean stop loses no served hit, and closes the listeners
+// and the admin endpoint, in that order. Safe to call twice: the second
+// call returns the first one's result.
+func (d *Daemon) Close(grace time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return d.closeErr
+	}
+	d.closed = true
+	d.notify.Stopping()
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := d.server.Shutdown(ctx); err != nil {
+		d.log.Warn("stop: connections not reading their replies were cut off", "grace", grace,
+			"connections", d.server.Stats().Active, "err", err)
+	}
+	d.event(Event{Kind: Stopped, Stage: StageQueries})
+	if d.cfg.State.File != "" {
+		d.saveState(d.cfg)
+		d.event(Event{Kind: Stopped, Stage: StageState})
+	}
+	if d.gossip != nil {
+		gctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		d.closeErr = d.gossip.node.Stop(gctx)
+		d.event(Event{Kind: Stopped, Stage: StageGossip, Err: d.closeErr})
+	}
+	d.closeListeners()
+	d.event(Event{Kind: Stopped, Stage: StageListeners})
+	if d.admin != nil {
+		d.admin.Close()
+		d.event(Event{Kind: Stopped, Stage: StageAdmin})
+	}
+	d.log.Info("stopped")
+	return d.closeErr
+}
+
+// closeListeners closes the listeners (a Unix listener this process
+// created removes its socket file) and then releases the socket's lock.
+// Safe to call twice.
+func (d *Daemon) closeListeners() {
+	for _, l := range d.listeners {
+		if err := l.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			d.log.Warn("closing a listener", "addr", l.Addr().String(), "err", err)
+		}
+	}
+	d.unlock()
+	d.unlock = func() {}
+}
+
+// Healthy reports whether the table answers: every shard's lock can be
+// taken within a second. The watchdog is fed only while it does.
+func (d *Daemon) Healthy() bool {
+	done := make(chan struct{})
+	go func() {
+		d.table.Stats()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(time.Second):
+		return false
+	}
+}
+
+// Config is the configuration running now.
+func (d *Daemon) Config() config.Config {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cfg
+}
+
+// Addrs are the addresses the query protocol is served on.
+func (d *Daemon) Addrs() []net.Addr {
+	out := make([]net.Addr, len(d.listeners))
+	for i, l := range d.listeners {
+		out[i] = l.Addr()
+	}
+	return out
+}
+
+// AdminAddr is the admin endpoint's address, nil when it is off.
+func (d *Daemon) AdminAddr() net.Addr {
+	if d.admin == nil {
+		return nil
+	}
+	return d.admin.Addr()
+}
+
+// decider lets the line server ask the table, at the daemon's clock.
+func (d *Daemon) decider() protocol.Decider {
+	if !d.ownClock {
+		return decider{d.table}
+	}
+	return clockDecider{d.table, d.now}
+}
+
+// decider asks the table at the time the line server read the query.
+type decider struct{ t *bucket.Table }
+
+func (d decider) Decide(now time.Time, tag []byte) bool { return d.t.Allow(now, tag) }
+
+// DecideBatch hands the table a whole pipelined batch, which it decides
+// shard by shard.
+func (d decider) DecideBatch(now time.Time, tags [][]byte, ok []bool) { d.t.AllowBatch(now, tags, ok) }
+
+// clockDecider asks the table at an injected clock's time, for tests that
+// drive time by hand.
+type clockDecider struct {
+	t   *bucket.Table
+	now func() time.Time
+}
+
+func (d clockDecider) Decide(_ time.Time, tag []byte) bool { return d.t.Allow(d.now(), tag) }
+
+func (d clockDecider) DecideBatch(_ time.Time, tags [][]byte, ok []bool) {
+	d.t.AllowBatch(d.now(), tags, ok)
+}
+
+// silent is the Notifier that tells no one.
+type silent struct{}
+
+func (silent) Ready()     {}
+func (silent) Reloading() {}
+func (silent) Stopping()  {}
+func (silent) Watchdog()  {}
+
+// tableConfig turns the file's limits into the table's.
+func tableConfig(cfg config.Config) bucket.Config {
+	tc := bucket.Config{
+		Default:     bucket.Policy{Name: "default", Rate: cfg.Limit.Rate, Burst: cfg.Limit.Burst},
+		MaxTags:     cfg.Limit.MaxTags,
+		MaxTagBytes: cfg.Listen.MaxTagBytes,
+	}
+	for _, p := range cfg.Policy {
+		bp := bucket.Policy{Name: p.Name, Prefix: p.Prefix, Rate: p.Rate, Burst: p.Burst}
+		switch p.Action {
+		case config.ActionAllow:
+			bp.Action = bucket.Allow
+		case config.ActionDeny:
+			bp.Action = bucket.Deny
+		}
+		tc.Policies = append(tc.Policies, bp)
+	}
+	return tc
+}
+
+// warnFewFiles warns when the open-file limit cannot hold max_conns
+// connections besides the daemon's own descriptors: past it, accepting
+// backs off until connections close (LimitNOFILE in the unit).
+func warnFewFiles(maxConns int, log *slog.Logger) {
+	const own = 32 // listeners, gossip sockets, admin, logs, lock file
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && rl.Cur < uint64(maxConns)+own {
+		log.Warn("open-file limit below listen.max_conns: connections past it wait until others close",
+			"limit", rl.Cur, "max_conns", maxConns, "want", uint64(maxConns)+own)
+	}
+}
+
+func describe(path string) string {
+	if path == "" {
+		return "built-in defaults"
+	}
+	return path
+}

@@ -1,0 +1,49 @@
+package daemon
+
+import (
+	"time"
+
+	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/gossip"
+)
+
+// This file owns warm start from peers: the table's side of a snapshot
+// answer (Export) and of a merge (Merge), which the gossip node calls.
+// Every node answers its peers' requests; gossip.warm_start decides
+// whether this one asks on start.
+
+// warmExport hands the gossip node one shard of the table at a time.
+func warmExport(t *bucket.Table) func(now time.Time, part int, dst []gossip.Level, keys []byte) ([]gossip.Level, []byte, bool) {
+	var levels []bucket.Level // reused: the node calls one export at a time
+	return func(now time.Time, part int, dst []gossip.Level, keys []byte) ([]gossip.Level, []byte, bool) {
+		if part >= t.Shards() {
+			return dst, keys, false
+		}
+		levels, keys = t.ExportShard(now, part, levels[:0], keys)
+		for _, l := range levels {
+			dst = append(dst, gossip.Level(l))
+		}
+		return dst, keys, part+1 < t.Shards()
+	}
+}
+
+// warmMerge lowers the table's buckets to the levels a peer answered.
+func warmMerge(t *bucket.Table) func(now time.Time, levels []gossip.Level) int {
+	var buf []bucket.Level
+	return func(now time.Time, levels []gossip.Level) int {
+		buf = buf[:0]
+		for _, l := range levels {
+			buf = append(buf, bucket.Level(l))
+		}
+		return t.Merge(now, 0, buf)
+	}
+}
+
+// WarmStats are the gossip node's warm start counters; zero when gossip
+// is off.
+func (d *Daemon) WarmStats() gossip.WarmStats {
+	if d.gossip == nil {
+		return gossip.WarmStats{}
+	}
+	return d.gossip.node.WarmStats()
+}
