@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dthrottle/dthrottle/gossip"
 	"github.com/dthrottle/dthrottle/protocol"
 )
 
@@ -162,15 +163,15 @@ func Default() Config {
 		},
 		Policy: nil, // every tag gets Limit
 		Gossip: Gossip{
-			Interval:   Duration{time.Second}, // report hits every second
-			Group:      "",                    // no multicast: nothing leaves the host
-			Interface:  "",                    // kernel's choice, if a group is set
-			TTL:        1,                     // multicast stays on the local network
-			Peers:      nil,                   // no unicast peers
-			Bind:       ":7777",               // unicast reports arrive here, if peers are set
-			SecretFile: "",                    // unsigned reports
-			MaxPacket:  1400,                  // fits a 1500-byte Ethernet MTU
-			WarmStart:  true,                  // ask the peers for their table on start
+			Interval:   Duration{gossip.DefaultInterval}, // report hits every second
+			Group:      "",                               // no multicast: nothing leaves the host
+			Interface:  "",                               // kernel's choice, if a group is set
+			TTL:        1,                                // multicast stays on the local network
+			Peers:      nil,                              // no unicast peers
+			Bind:       ":7777",                          // unicast reports arrive here, if peers are set
+			SecretFile: "",                               // unsigned reports
+			MaxPacket:  gossip.DefaultMaxPacket,          // fits a 1500-byte Ethernet MTU
+			WarmStart:  true,                             // ask the peers for their table on start
 		},
 		Admin: Admin{
 			HTTP: "", // no admin endpoint

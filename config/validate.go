@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/gossip"
 	"github.com/dthrottle/dthrottle/protocol"
 )
 
@@ -27,11 +28,14 @@ const (
 	minInterval    = 10 * time.Millisecond
 	maxInterval    = time.Hour
 	maxTTL         = 255
-	minMaxPacket   = 512   // every IPv4 host accepts 576-byte datagrams
-	maxMaxPacket   = 65000 // under the 65507-byte UDP payload limit
-	maxUnixPath    = 107   // sun_path holds 108 bytes with the final NUL
-	maxIfName      = 15    // IFNAMSIZ less the final NUL
+	minMaxPacket   = gossip.MinPacket // every IPv4 host accepts 576-byte datagrams
+	maxMaxPacket   = 65000            // a round figure under gossip.MaxPacket, the UDP payload limit
+	maxUnixPath    = 107              // sun_path holds 108 bytes with the final NUL
+	maxIfName      = 15               // IFNAMSIZ less the final NUL
 )
+
+// The user-facing bound must lie within the wire format's.
+var _ [gossip.MaxPacket - maxMaxPacket]struct{}
 
 // Validate checks every value of c and returns an *Error for the first bad
 // one, naming the key, its value and its allowed range, such as

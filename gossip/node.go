@@ -16,9 +16,10 @@ import (
 // Config describes a Node. Drain and Apply are required; the rest have
 // defaults.
 type Config struct {
-	// Interval between reports. Default 1s.
+	// Interval between reports. Default DefaultInterval.
 	Interval time.Duration
-	// MaxPacket is the largest datagram sent, in bytes. Default 1400.
+	// MaxPacket is the largest datagram sent, in bytes, from MinPacket to
+	// MaxPacket. Default DefaultMaxPacket.
 	MaxPacket int
 	// Key, when set, signs every datagram with HMAC-SHA256 and drops any
 	// received without a valid signature.
@@ -114,13 +115,13 @@ func NewNode(cfg Config, t Transport) (*Node, error) {
 		return nil, errors.New("gossip: Drain and Apply are required")
 	}
 	if cfg.Interval <= 0 {
-		cfg.Interval = time.Second
+		cfg.Interval = DefaultInterval
 	}
 	if cfg.MaxPacket == 0 {
-		cfg.MaxPacket = 1400
+		cfg.MaxPacket = DefaultMaxPacket
 	}
-	if cfg.MaxPacket < 512 || cfg.MaxPacket > 65507 {
-		return nil, fmt.Errorf("gossip: max packet must be between 512 and 65507, got %d", cfg.MaxPacket)
+	if err := checkMaxPacket(cfg.MaxPacket); err != nil {
+		return nil, err
 	}
 	if cfg.SilentAfter <= 0 {
 		cfg.SilentAfter = silentAfter(cfg.Interval)
@@ -143,7 +144,7 @@ func NewNode(cfg Config, t Transport) (*Node, error) {
 		transport: t,
 		log:       cfg.Logger,
 		id:        id,
-		enc:       Encoder{Node: id, Fingerprint: cfg.Fingerprint, MaxPacket: cfg.MaxPacket, Key: cfg.Key},
+		enc:       Encoder{Node: id},
 		peers:     make(map[uint64]*peer),
 		kick:      make(chan struct{}, 1),
 		retick:    make(chan time.Duration, 1),
@@ -165,6 +166,22 @@ func randomID() (uint64, error) {
 	}
 }
 
+// configure sets e's settings (datagram size, key, fingerprint) to the
+// node's current ones, which Config and Update keep in one place.
+func (n *Node) configure(e *Encoder) {
+	n.mu.Lock()
+	e.MaxPacket, e.Key, e.Fingerprint = n.cfg.MaxPacket, n.cfg.Key, n.cfg.Fingerprint
+	n.mu.Unlock()
+}
+
+// checkMaxPacket checks a datagram size against the wire format's limits.
+func checkMaxPacket(size int) error {
+	if size < MinPacket || size > MaxPacket {
+		return fmt.Errorf("gossip: max packet must be between %d and %d, got %d", MinPacket, MaxPacket, size)
+	}
+	return nil
+}
+
 // ID is this node's id, random for every process start.
 func (n *Node) ID() uint64 { return n.id }
 
@@ -174,6 +191,7 @@ func (n *Node) Report(now time.Time) error {
 	n.reportMu.Lock()
 	defer n.reportMu.Unlock()
 	start := time.Now()
+	n.configure(&n.enc)
 	n.hits = n.cfg.Drain(n.hits[:0])
 	var packets, bytes uint64
 	var sendErr error
@@ -378,12 +396,9 @@ func (n *Node) Update(u Update) error {
 	if u.Interval <= 0 {
 		return fmt.Errorf("gossip: interval must be > 0, got %v", u.Interval)
 	}
-	if u.MaxPacket < 512 || u.MaxPacket > 65507 {
-		return fmt.Errorf("gossip: max packet must be between 512 and 65507, got %d", u.MaxPacket)
+	if err := checkMaxPacket(u.MaxPacket); err != nil {
+		return err
 	}
-	n.reportMu.Lock()
-	n.enc.MaxPacket, n.enc.Key, n.enc.Fingerprint = u.MaxPacket, u.Key, u.Fingerprint
-	n.reportMu.Unlock()
 	n.mu.Lock()
 	n.cfg.Interval, n.cfg.MaxPacket, n.cfg.Key, n.cfg.Fingerprint = u.Interval, u.MaxPacket, u.Key, u.Fingerprint
 	n.cfg.SilentAfter = silentAfter(u.Interval)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 )
 
 // Unicaster is a Transport that can also send a datagram to one peer
@@ -17,13 +16,14 @@ type Unicaster interface {
 	SendTo(b []byte, to string) error
 }
 
-// ErrNoUnicast is returned by SendTo when no transport can reach a single
-// address: a multicast socket, bound to its group, hears no unicast reply.
+// ErrNoUnicast is returned by a combination of transports' SendTo when
+// none of them can send to a single address.
 var ErrNoUnicast = errors.New("gossip: no unicast transport")
 
 var (
 	_ Unicaster = (*MemTransport)(nil)
-	_ Unicaster = (*UDPTransport)(nil)
+	_ Unicaster = (*MulticastTransport)(nil)
+	_ Unicaster = (*UnicastTransport)(nil)
 	_ Unicaster = (*multi)(nil)
 )
 
@@ -34,24 +34,6 @@ func (t *MemTransport) SendTo(b []byte, to string) error {
 		return fmt.Errorf("gossip: send to an empty name")
 	}
 	return t.network.send(t, b, to)
-}
-
-// SendTo writes b to the address to ("ip:port"). A multicast transport
-// refuses with ErrNoUnicast: its socket, bound to the group, would not
-// hear a reply sent the same way, so warm start needs unicast peers.
-func (t *UDPTransport) SendTo(b []byte, to string) error {
-	if t.ctx.Err() != nil {
-		return fmt.Errorf("gossip: send: %w", net.ErrClosed)
-	}
-	if la, ok := t.conn.LocalAddr().(*net.UDPAddr); ok && la.IP.IsMulticast() {
-		return ErrNoUnicast
-	}
-	ap, err := netip.ParseAddrPort(to)
-	if err != nil {
-		return fmt.Errorf("gossip: send to %q: %w", to, err)
-	}
-	_, err = t.conn.WriteToUDPAddrPort(b, ap)
-	return err
 }
 
 // SendTo sends b through the first of the combined transports that can

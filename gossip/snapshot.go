@@ -116,6 +116,7 @@ func (n *Node) Warm(now time.Time) error {
 // ask sends a snapshot request to every peer.
 func (n *Node) ask(now time.Time) error {
 	n.reportMu.Lock()
+	n.configure(&n.enc)
 	err := n.enc.EncodeRequest(now, n.transport.Send)
 	n.reportMu.Unlock()
 	s := &n.snap
@@ -296,9 +297,8 @@ func (n *Node) sendNext(now time.Time, a *answer) (done bool) {
 		a.levels, a.keys, a.more = n.cfg.Export(now, part, a.levels[:0], a.keys[:0])
 		a.next = 0
 	}
-	n.reportMu.Lock()
-	s.enc.Node, s.enc.Key, s.enc.Fingerprint, s.enc.MaxPacket = n.enc.Node, n.enc.Key, n.enc.Fingerprint, n.enc.MaxPacket
-	n.reportMu.Unlock()
+	s.enc.Node = n.id
+	n.configure(&s.enc)
 	var sent int
 	packed, skipped, err := s.enc.EncodeSnapshot(now, a.to, a.levels[a.next:], !a.more, func(pkt []byte) error {
 		sent = len(pkt)

@@ -37,7 +37,8 @@ type Transport interface {
 
 var (
 	_ Transport = (*MemTransport)(nil)
-	_ Transport = (*UDPTransport)(nil)
+	_ Transport = (*MulticastTransport)(nil)
+	_ Transport = (*UnicastTransport)(nil)
 	_ Transport = (*multi)(nil)
 )
 

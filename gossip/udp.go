@@ -9,11 +9,9 @@ import (
 	"net/netip"
 	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 )
 
@@ -62,162 +60,6 @@ type UnicastConfig struct {
 	Logger *slog.Logger
 }
 
-// UDPTransport is a Transport over one UDP socket, sending either to a
-// multicast group (ListenMulticast) or to a list of unicast peers
-// (ListenUnicast). Combine both with Multi. It is safe for concurrent use;
-// the zero value is not usable. It works on Linux only.
-type UDPTransport struct {
-	conn  *net.UDPConn
-	log   *slog.Logger
-	dests atomic.Pointer[[]netip.AddrPort] // where Send writes
-	ch    chan Packet
-
-	ctx    context.Context // canceled by Close; bounds lookups
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // reader and resolver goroutines
-	once   sync.Once
-
-	// Unicast only.
-	resolveMu sync.Mutex // serializes resolve and guards peers
-	peers     []*udpPeer
-	lookup    func(ctx context.Context, host string) ([]netip.Addr, error)
-}
-
-// udpPeer is one configured unicast peer and what its name last resolved to.
-type udpPeer struct {
-	spec    string         // "host:port" as configured
-	host    string         // name or IP literal
-	port    uint16         // destination port
-	addr    netip.AddrPort // last good address; invalid until resolved
-	lastErr string         // last lookup error logged; "" when the last lookup worked
-}
-
-// ListenMulticast opens a UDP socket bound to cfg.Group's address and port
-// and joins the group, so it receives only that group's datagrams, and
-// Send writes to the group.
-//
-// The socket sets SO_REUSEADDR and SO_REUSEPORT, so several daemons on one
-// host can share the group's port; multicast loopback, so they hear each
-// other (a transport receives its own datagrams too); and IP_MULTICAST_ALL
-// off, so a socket hears only groups it joined itself, never another group
-// on the same port that some other socket on the host joined.
-//
-// Another socket bound to the same port without SO_REUSEADDR, such as a
-// unicast transport on ":7777" beside the group "239.255.77.77:7777",
-// makes whichever binds second fail with "address already in use": give
-// unicast a port of its own.
-//
-// Over lo, whose address is host-scoped, datagrams arrive From
-// "0.0.0.0:<port>", the same for every sender: only the payload tells
-// them apart.
-func ListenMulticast(cfg MulticastConfig) (*UDPTransport, error) {
-	group, err := parseGroup(cfg.Group)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.TTL < 0 || cfg.TTL > maxMulticastTTL {
-		return nil, fmt.Errorf("gossip: multicast ttl must be between 0 and %d, got %d", maxMulticastTTL, cfg.TTL)
-	}
-	var ifi *net.Interface // nil: the kernel chooses
-	if cfg.Interface != "" {
-		if ifi, err = net.InterfaceByName(cfg.Interface); err != nil {
-			return nil, fmt.Errorf("gossip: multicast interface %q: %w", cfg.Interface, err)
-		}
-	}
-	conn, err := bindGroup(group)
-	if err != nil {
-		return nil, err
-	}
-	if err := joinGroup(conn, group, ifi, cfg.TTL); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	t := newUDPTransport(conn, cfg.Logger)
-	t.dests.Store(&[]netip.AddrPort{group})
-	t.start(false, 0)
-	return t, nil
-}
-
-// parseGroup checks that s is an IPv4 multicast "address:port".
-func parseGroup(s string) (netip.AddrPort, error) {
-	ap, err := netip.ParseAddrPort(s)
-	if err != nil {
-		return ap, fmt.Errorf("gossip: multicast group %q: want \"address:port\": %w", s, err)
-	}
-	a := ap.Addr().Unmap()
-	switch {
-	case !a.IsMulticast():
-		return ap, fmt.Errorf("gossip: multicast group %q: %s is not a multicast address", s, a)
-	case !a.Is4():
-		return ap, fmt.Errorf("gossip: multicast group %q: only IPv4 groups (224.0.0.0/4) are supported", s)
-	case ap.Port() == 0:
-		return ap, fmt.Errorf("gossip: multicast group %q: port must not be 0", s)
-	}
-	return netip.AddrPortFrom(a, ap.Port()), nil
-}
-
-// joinGroup joins group on ifi (nil: the kernel's choice) and sets the
-// options for sending to it.
-func joinGroup(conn *net.UDPConn, group netip.AddrPort, ifi *net.Interface, ttl int) error {
-	p := ipv4.NewPacketConn(conn)
-	on := "the kernel's choice of interface"
-	if ifi != nil {
-		on = "interface " + ifi.Name
-	}
-	if err := p.JoinGroup(ifi, &net.UDPAddr{IP: group.Addr().AsSlice()}); err != nil {
-		return fmt.Errorf("gossip: joining multicast group %s on %s (is there a route to 224.0.0.0/4?): %w", group.Addr(), on, err)
-	}
-	if ifi != nil {
-		if err := p.SetMulticastInterface(ifi); err != nil {
-			return fmt.Errorf("gossip: sending multicast on %s: %w", on, err)
-		}
-	}
-	if err := p.SetMulticastTTL(ttl); err != nil {
-		return fmt.Errorf("gossip: setting multicast ttl %d: %w", ttl, err)
-	}
-	if err := p.SetMulticastLoopback(true); err != nil {
-		return fmt.Errorf("gossip: enabling multicast loopback: %w", err)
-	}
-	return nil
-}
-
-// bindGroup opens an IPv4 UDP socket bound to the group's own address and
-// port. It makes the socket itself because net.ListenPacket binds a
-// multicast address as the wildcard (0.0.0.0:port), which would also take
-// in unicast datagrams to that port on any of the host's addresses.
-func bindGroup(group netip.AddrPort) (*net.UDPConn, error) {
-	fail := func(err error) error {
-		return fmt.Errorf("gossip: listening on multicast group %s: %w", group, err)
-	}
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
-	if err != nil {
-		return nil, fail(os.NewSyscallError("socket", err))
-	}
-	f := os.NewFile(uintptr(fd), "udp4 "+group.String())
-	defer f.Close() // FilePacketConn has its own copy of fd
-	err = setSockopts(fd, "udp4", []sockopt{
-		{unix.SOL_SOCKET, unix.SO_REUSEADDR, 1, "SO_REUSEADDR"},
-		{unix.SOL_SOCKET, unix.SO_REUSEPORT, 1, "SO_REUSEPORT"},
-		multicastAllOff,
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(group.Port()), Addr: group.Addr().As4()}); err != nil {
-		return nil, fail(os.NewSyscallError("bind", err))
-	}
-	pc, err := net.FilePacketConn(f)
-	if err != nil {
-		return nil, fail(err)
-	}
-	conn, ok := pc.(*net.UDPConn)
-	if !ok {
-		pc.Close()
-		return nil, fail(fmt.Errorf("socket is a %T, not UDP", pc))
-	}
-	return conn, nil
-}
-
 // multicastAllOff turns IP_MULTICAST_ALL off. By default Linux hands a
 // socket the datagrams of every group that any socket on the host joined
 // on its port, so two groups on one port would mix, and a socket bound to
@@ -254,44 +96,53 @@ type sockopt struct {
 	what               string
 }
 
-// newUDPTransport wraps an open socket; start sets it running.
-func newUDPTransport(conn *net.UDPConn, log *slog.Logger) *UDPTransport {
+// udpSockets is what both UDP transports share: their sockets, each read
+// by a goroutine of its own into one Packets channel, and a close that
+// stops them all. Safe for concurrent use once started.
+type udpSockets struct {
+	conns []*net.UDPConn // the first is the one LocalAddr reports
+	log   *slog.Logger
+	ch    chan Packet
+
+	ctx    context.Context // canceled by Close; bounds lookups
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // reader and resolver goroutines
+	once   sync.Once
+}
+
+func newUDPSockets(log *slog.Logger, conns ...*net.UDPConn) udpSockets {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	t := &UDPTransport{conn: conn, log: log, ch: make(chan Packet, udpChanBuffer)}
-	t.ctx, t.cancel = context.WithCancel(context.Background())
-	t.dests.Store(&[]netip.AddrPort{})
-	return t
+	ctx, cancel := context.WithCancel(context.Background())
+	return udpSockets{conns: conns, log: log, ch: make(chan Packet, udpChanBuffer), ctx: ctx, cancel: cancel}
 }
 
-// start runs the receive loop and, if names is set, the resolver.
-func (t *UDPTransport) start(names bool, every time.Duration) {
-	t.wg.Add(1)
-	go t.receive()
-	if names {
-		t.wg.Add(1)
-		go t.resolveEvery(every)
+// start runs a receive loop per socket.
+func (u *udpSockets) start() {
+	for _, c := range u.conns {
+		u.wg.Add(1)
+		go u.receive(c)
 	}
 }
 
-// receive reads datagrams into Packets until Close.
-func (t *UDPTransport) receive() {
-	defer t.wg.Done()
+// receive reads datagrams from conn into Packets until Close.
+func (u *udpSockets) receive(conn *net.UDPConn) {
+	defer u.wg.Done()
 	buf := make([]byte, udpReadBuffer)
 	var backoff time.Duration
 	for {
-		n, from, err := t.conn.ReadFromUDPAddrPort(buf)
+		n, from, err := conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
-			if t.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+			if u.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
 			}
 			// Not expected on a UDP socket; back off so a persistent
 			// error neither spins nor floods the log.
 			backoff = min(max(2*backoff, readBackoffMin), readBackoffMax)
-			t.log.Warn("reading datagram failed, retrying", "err", err, "retry_in", backoff)
+			u.log.Warn("reading datagram failed, retrying", "err", err, "retry_in", backoff)
 			select {
-			case <-t.ctx.Done():
+			case <-u.ctx.Done():
 				return
 			case <-time.After(backoff):
 			}
@@ -306,47 +157,55 @@ func (t *UDPTransport) receive() {
 			At:   time.Now(),
 		}
 		select {
-		case t.ch <- p:
-		case <-t.ctx.Done():
+		case u.ch <- p:
+		case <-u.ctx.Done():
 			return
 		}
 	}
 }
 
-// Send writes b to the multicast group, or to every unicast peer resolved
-// so far (none is not an error). It tries every peer and returns their
-// errors joined. It does not retain b.
-func (t *UDPTransport) Send(b []byte) error {
-	if t.ctx.Err() != nil {
+// closed returns an error matching net.ErrClosed once Close was called.
+func (u *udpSockets) closed() error {
+	if u.ctx.Err() != nil {
 		return fmt.Errorf("gossip: send: %w", net.ErrClosed)
 	}
-	var errs []error
-	for _, to := range *t.dests.Load() {
-		if _, err := t.conn.WriteToUDPAddrPort(b, to); err != nil {
-			errs = append(errs, err)
-		}
+	return nil
+}
+
+// sendTo writes b to to, an "ip:port" such as a Packet's From, through
+// conn.
+func (u *udpSockets) sendTo(conn *net.UDPConn, b []byte, to string) error {
+	if err := u.closed(); err != nil {
+		return err
 	}
-	return errors.Join(errs...)
+	ap, err := netip.ParseAddrPort(to)
+	if err != nil {
+		return fmt.Errorf("gossip: send to %q: %w", to, err)
+	}
+	_, err = conn.WriteToUDPAddrPort(b, ap)
+	return err
 }
 
 // Packets returns the received datagrams, in arrival order. Nothing is
-// read faster than it is drained: when the channel is full, the socket's
-// own buffer fills and the kernel drops datagrams. It is closed by Close.
-func (t *UDPTransport) Packets() <-chan Packet { return t.ch }
+// read faster than it is drained: when the channel is full, the sockets'
+// own buffers fill and the kernel drops datagrams. It is closed by Close.
+func (u *udpSockets) Packets() <-chan Packet { return u.ch }
 
-// LocalAddr returns the address the socket is bound to, such as the port
-// chosen for a Bind with port 0.
-func (t *UDPTransport) LocalAddr() net.Addr { return t.conn.LocalAddr() }
+// LocalAddr returns the address the receiving socket is bound to, such as
+// the port chosen for a Bind with port 0, or the multicast group.
+func (u *udpSockets) LocalAddr() net.Addr { return u.conns[0].LocalAddr() }
 
-// Close closes the socket, stops the background goroutines and then closes
-// Packets. Calling it again does nothing and returns nil.
-func (t *UDPTransport) Close() error {
-	var err error
-	t.once.Do(func() {
-		t.cancel()
-		err = t.conn.Close()
-		t.wg.Wait()
-		close(t.ch)
+// Close closes the sockets, stops the background goroutines and then
+// closes Packets. Calling it again does nothing and returns nil.
+func (u *udpSockets) Close() error {
+	var errs []error
+	u.once.Do(func() {
+		u.cancel()
+		for _, c := range u.conns {
+			errs = append(errs, c.Close())
+		}
+		u.wg.Wait()
+		close(u.ch)
 	})
-	return err
+	return errors.Join(errs...)
 }

@@ -23,7 +23,7 @@ import (
 const udpWait = 5 * time.Second // deadline for a datagram over lo
 
 // listenLocal opens a unicast transport on 127.0.0.1 with a free port.
-func listenLocal(t *testing.T, log *slog.Logger) *UDPTransport {
+func listenLocal(t *testing.T, log *slog.Logger) *UnicastTransport {
 	t.Helper()
 	tr, err := ListenUnicast(UnicastConfig{Bind: "127.0.0.1:0", Logger: log})
 	if err != nil {
@@ -35,7 +35,7 @@ func listenLocal(t *testing.T, log *slog.Logger) *UDPTransport {
 
 // setPeers points tr at the given transports, as if they had been in
 // UnicastConfig.Peers: their ports are only known once they are open.
-func setPeers(t *testing.T, tr *UDPTransport, to ...*UDPTransport) {
+func setPeers(t *testing.T, tr *UnicastTransport, to ...*UnicastTransport) {
 	t.Helper()
 	var peers []*udpPeer
 	for _, o := range to {
@@ -135,7 +135,7 @@ func TestUnicastPeersConfig(t *testing.T) {
 	if err := a.Send([]byte("hi")); err != nil {
 		t.Fatal(err)
 	}
-	for name, tr := range map[string]*UDPTransport{"peer": b, "self": a} {
+	for name, tr := range map[string]*UnicastTransport{"peer": b, "self": a} {
 		if p := receive(t, tr.Packets()); string(p.Data) != "hi" || p.From != self {
 			t.Errorf("%s received %q from %s, want \"hi\" from %s", name, p.Data, p.From, self)
 		}
@@ -268,7 +268,7 @@ func (f *fakeLookup) lookup(_ context.Context, host string) ([]netip.Addr, error
 	return f.addrs, f.err
 }
 
-func dests(tr *UDPTransport) []string {
+func dests(tr *UnicastTransport) []string {
 	var s []string
 	for _, d := range *tr.dests.Load() {
 		s = append(s, d.String())
@@ -457,7 +457,7 @@ func TestMulticast(t *testing.T) {
 		return
 	}
 	const group, otherGroup = "239.255.77.77:7777", "239.255.77.78:7777"
-	var members []*UDPTransport
+	var members []*MulticastTransport
 	for _, ifname := range []string{"", "", "lo"} {
 		m, err := ListenMulticast(MulticastConfig{Group: group, Interface: ifname, TTL: 1})
 		if err != nil {
@@ -520,7 +520,7 @@ func TestMulticast(t *testing.T) {
 // collect reads tr's packets until every one of want has arrived, and
 // returns the unexpected payloads read meanwhile. Duplicates of a wanted
 // payload are logged, not returned.
-func collect(t *testing.T, name string, tr *UDPTransport, want ...string) (unexpected []string) {
+func collect(t *testing.T, name string, tr Transport, want ...string) (unexpected []string) {
 	t.Helper()
 	missing := map[string]bool{}
 	for _, w := range want {

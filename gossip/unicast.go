@@ -7,22 +7,48 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 )
+
+// UnicastTransport is a Transport to a list of unicast peers: Send writes
+// to every configured peer's address, and Packets brings what arrives on
+// the bound socket. Peers given by name are looked up again periodically,
+// and SetPeers replaces them. It is safe for concurrent use; the zero value
+// is not usable: see ListenUnicast. It works on Linux only.
+type UnicastTransport struct {
+	udpSockets
+	conn  *net.UDPConn
+	dests atomic.Pointer[[]netip.AddrPort] // where Send writes
+
+	resolveMu sync.Mutex // serializes resolve and guards peers
+	peers     []*udpPeer
+	lookup    func(ctx context.Context, host string) ([]netip.Addr, error)
+}
+
+// udpPeer is one configured unicast peer and what its name last resolved to.
+type udpPeer struct {
+	spec    string         // "host:port" as configured
+	host    string         // name or IP literal
+	port    uint16         // destination port
+	addr    netip.AddrPort // last good address; invalid until resolved
+	lastErr string         // last lookup error logged; "" when the last lookup worked
+}
 
 // ListenUnicast opens a UDP socket on cfg.Bind; Send writes to every peer
 // in cfg.Peers. Peer names are looked up before it returns (a failure is
 // logged, not returned, and the peer is skipped until a lookup works) and
 // again every cfg.Resolve in the background until Close. A peer that
 // resolves to this transport's own address is sent to like any other.
-func ListenUnicast(cfg UnicastConfig) (*UDPTransport, error) {
+func ListenUnicast(cfg UnicastConfig) (*UnicastTransport, error) {
 	return listenUnicast(cfg, func(ctx context.Context, host string) ([]netip.Addr, error) {
 		return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 	})
 }
 
 // listenUnicast is ListenUnicast with the name lookup given.
-func listenUnicast(cfg UnicastConfig, lookup func(ctx context.Context, host string) ([]netip.Addr, error)) (*UDPTransport, error) {
+func listenUnicast(cfg UnicastConfig, lookup func(ctx context.Context, host string) ([]netip.Addr, error)) (*UnicastTransport, error) {
 	every := cfg.Resolve
 	if every == 0 {
 		every = resolveDefault
@@ -43,13 +69,15 @@ func listenUnicast(cfg UnicastConfig, lookup func(ctx context.Context, host stri
 	if err != nil {
 		return nil, fmt.Errorf("gossip: listening on %s: %w", cfg.Bind, err)
 	}
-	t := newUDPTransport(pc.(*net.UDPConn), cfg.Logger)
-	t.peers = peers
-	t.lookup = lookup
+	conn := pc.(*net.UDPConn)
+	t := &UnicastTransport{udpSockets: newUDPSockets(cfg.Logger, conn), conn: conn, peers: peers, lookup: lookup}
+	t.dests.Store(&[]netip.AddrPort{})
 	t.resolve()
+	t.start()
 	// Look names up again periodically, also for a reload that brings
 	// names where there were only addresses.
-	t.start(true, every)
+	t.wg.Add(1)
+	go t.resolveEvery(every)
 	return t, nil
 }
 
@@ -76,7 +104,7 @@ func parsePeer(spec string) (*udpPeer, error) {
 // resolve looks up every peer given by name and publishes the addresses
 // Send uses. A failed lookup keeps the peer's previous address; each new
 // error, recovery or change of address is logged once.
-func (t *UDPTransport) resolve() {
+func (t *UnicastTransport) resolve() {
 	t.resolveMu.Lock()
 	defer t.resolveMu.Unlock()
 	for _, p := range t.peers {
@@ -144,7 +172,7 @@ func addrString(ap netip.AddrPort) string {
 }
 
 // resolveEvery looks peer names up again every period until Close.
-func (t *UDPTransport) resolveEvery(every time.Duration) {
+func (t *UnicastTransport) resolveEvery(every time.Duration) {
 	defer t.wg.Done()
 	tick := time.NewTicker(every)
 	defer tick.Stop()
@@ -158,9 +186,29 @@ func (t *UDPTransport) resolveEvery(every time.Duration) {
 	}
 }
 
+// Send writes b to every unicast peer resolved so far (none is not an
+// error). It tries every peer and returns their errors joined. It does not
+// retain b.
+func (t *UnicastTransport) Send(b []byte) error {
+	if err := t.closed(); err != nil {
+		return err
+	}
+	var errs []error
+	for _, to := range *t.dests.Load() {
+		if _, err := t.conn.WriteToUDPAddrPort(b, to); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SendTo writes b to one peer only, to ("ip:port") as a received Packet's
+// From gives it.
+func (t *UnicastTransport) SendTo(b []byte, to string) error { return t.sendTo(t.conn, b, to) }
+
 // SetPeers replaces the unicast peers, as a reload does, and looks their
 // names up at once. On error the peers are unchanged.
-func (t *UDPTransport) SetPeers(specs []string) error {
+func (t *UnicastTransport) SetPeers(specs []string) error {
 	peers := make([]*udpPeer, 0, len(specs))
 	for _, spec := range specs {
 		p, err := parsePeer(spec)

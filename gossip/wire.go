@@ -1,4 +1,5 @@
-// Wire format of the datagrams that peers exchange (DESIGN §4).
+// Wire format of the datagrams that peers exchange (README.md, Wire format;
+// the reasons for it: docs/design.md, Between peers).
 //
 // Every datagram is self-contained: a fixed header, a msgpack body, then an
 // optional HMAC-SHA256 trailer. Integers in the header are big-endian.
@@ -104,13 +105,22 @@ const (
 	headerLen = 37
 	macLen    = sha256.Size
 	flagMAC   = 1 << 0
+)
 
-	// minPacket and maxPacket bound Encoder.MaxPacket: about the smallest
-	// datagram every IPv4 host accepts, and the largest UDP payload. Since an
-	// entry takes at least 3 bytes, a datagram holds fewer than 2^16 of them
-	// and a map16 header always suffices.
-	minPacket = 512
-	maxPacket = 65507
+// Limits and defaults of the wire format, which config's bounds and
+// defaults come from.
+const (
+	// MinPacket and MaxPacket bound a datagram's size (Encoder.MaxPacket):
+	// about the smallest datagram every IPv4 host accepts, and the largest
+	// UDP payload. Since an entry takes at least 3 bytes, a datagram holds
+	// fewer than 2^16 of them and a map16 header always suffices.
+	MinPacket = 512
+	MaxPacket = 65507
+	// DefaultMaxPacket fits a 1500-byte Ethernet MTU with room for IP, UDP
+	// and tunnel headers.
+	DefaultMaxPacket = 1400
+	// DefaultInterval is the time between reports.
+	DefaultInterval = time.Second
 )
 
 var (
@@ -133,7 +143,7 @@ var (
 type Encoder struct {
 	Node        uint64 // sender id, random per process start; not 0
 	Fingerprint uint64 // of the sender's policies
-	MaxPacket   int    // bytes per datagram, in [512, 65507]
+	MaxPacket   int    // bytes per datagram, in [MinPacket, MaxPacket]
 	Key         []byte // HMAC-SHA256 key; nil or empty sends no MAC
 
 	seq    uint64
@@ -214,8 +224,8 @@ func (e *Encoder) prepare() error {
 	if e.Node == 0 {
 		return errors.New("gossip: Encoder.Node must be set")
 	}
-	if e.MaxPacket < minPacket || e.MaxPacket > maxPacket {
-		return fmt.Errorf("gossip: Encoder.MaxPacket is %d, must be in [%d, %d]", e.MaxPacket, minPacket, maxPacket)
+	if e.MaxPacket < MinPacket || e.MaxPacket > MaxPacket {
+		return fmt.Errorf("gossip: Encoder.MaxPacket is %d, must be in [%d, %d]", e.MaxPacket, MinPacket, MaxPacket)
 	}
 	if cap(e.buf) < e.MaxPacket {
 		e.buf = make([]byte, 0, e.MaxPacket)

@@ -28,10 +28,10 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		checkInvariants(t, m)
-		if len(b) > maxPacket {
+		if len(b) > MaxPacket {
 			return // a hit from it might not fit a datagram of ours
 		}
-		e := &Encoder{Node: 1, Fingerprint: m.Fingerprint, MaxPacket: maxPacket, Key: key}
+		e := &Encoder{Node: 1, Fingerprint: m.Fingerprint, MaxPacket: MaxPacket, Key: key}
 		pkts, skipped := encodeAll(t, e, time.UnixMilli(0), m.Hits)
 		if skipped != 0 {
 			t.Fatalf("re-encoding skipped %d hits", skipped)

@@ -212,7 +212,7 @@ func TestEncodeBodyMatchesLibrary(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, n := range []int{1, 15, 16, 17, 200} {
 		hits := randomHits(rng, n)
-		e := &Encoder{Node: 1, MaxPacket: maxPacket}
+		e := &Encoder{Node: 1, MaxPacket: MaxPacket}
 		pkts, _ := encodeAll(t, e, testNow, hits)
 		if len(pkts) != 1 {
 			t.Fatalf("%d hits: %d datagrams, want 1", n, len(pkts))

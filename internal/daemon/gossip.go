@@ -17,7 +17,7 @@ import (
 // configured, the unicast transport a reload gives new peers to.
 type gossipRun struct {
 	node    *gossip.Node
-	unicast *gossip.UDPTransport
+	unicast *gossip.UnicastTransport
 }
 
 // startGossip opens the configured transports (or has open tell it which)
@@ -86,7 +86,7 @@ func (d *Daemon) startGossip(cfg config.Gossip, open func(config.Gossip) (gossip
 
 // openUDP opens the multicast and unicast sockets cfg names, as one
 // transport; unicast is the one a reload gives new peers to.
-func openUDP(cfg config.Gossip, log *slog.Logger) (_ gossip.Transport, unicast *gossip.UDPTransport, err error) {
+func openUDP(cfg config.Gossip, log *slog.Logger) (_ gossip.Transport, unicast *gossip.UnicastTransport, err error) {
 	var ts []gossip.Transport
 	if cfg.Group != "" {
 		t, err := gossip.ListenMulticast(gossip.MulticastConfig{Group: cfg.Group, Interface: cfg.Interface, TTL: cfg.TTL, Logger: log})
