@@ -43,6 +43,10 @@ type Policy struct {
 	Rate   float64 // tokens added per second
 	Burst  int     // bucket capacity in tokens
 	Action Action
+	// DryRun serves what the limit would refuse, keeping the bucket as if
+	// limiting, and counts it (PolicyStats.DryRunRefused). Not part of the
+	// fingerprint: peers throttle alike whether or not it is set.
+	DryRun bool
 }
 
 // compiled is a Policy turned into integer nanoseconds, the unit the table
@@ -89,6 +93,7 @@ func compile(p Policy) (compiled, error) {
 // here directly.
 type policyCounts struct {
 	ok, no atomic.Uint64
+	dry    atomic.Uint64 // served by a dry run where the limit would refuse
 }
 
 // tatFor is the theoretical arrival time that leaves tokens in the bucket
@@ -185,7 +190,8 @@ func match[T string | []byte](s policySet, tag T) int {
 }
 
 // fingerprint hashes what the policies do (prefixes, actions, rates and
-// bursts, not names), so peers can tell whether they throttle alike.
+// bursts, not names), so peers can tell whether they throttle alike. A
+// dry run keeps its buckets as if limiting, so it is left out.
 func (s policySet) fingerprint() uint64 {
 	h := fnv.New64a()
 	var buf []byte

@@ -67,6 +67,9 @@ type Stats struct {
 type PolicyStats struct {
 	Policy
 	OK, NO uint64
+	// DryRunRefused counts the queries served (and counted in OK) under
+	// DryRun that the limit would have refused.
+	DryRunRefused uint64
 }
 
 // State is a tag as seen at an instant, for tests and the admin view.
@@ -336,7 +339,8 @@ func (t *Table) PolicyStats() []PolicyStats {
 	set := *t.policies.Load()
 	out := make([]PolicyStats, len(set))
 	for i := range set {
-		out[i] = PolicyStats{Policy: set[i].Policy, OK: set[i].counts.ok.Load(), NO: set[i].counts.no.Load()}
+		out[i] = PolicyStats{Policy: set[i].Policy, OK: set[i].counts.ok.Load(), NO: set[i].counts.no.Load(),
+			DryRunRefused: set[i].counts.dry.Load()}
 	}
 	for i := range t.shards {
 		s := &t.shards[i]
