@@ -125,3 +125,19 @@ func TestDryRunFingerprint(t *testing.T) {
 		t.Error("dry run changed the fingerprint")
 	}
 }
+
+func TestDryRunDeny(t *testing.T) {
+	tb := newTestTable(t, Policy{Rate: 1, Burst: 10}, 10, Policy{Name: "block", Prefix: "b:", Action: Deny, DryRun: true})
+	if !tb.AllowNow([]byte("b:1")) {
+		t.Error("a dry run of deny refused")
+	}
+	if v := tb.AllowNNow([]byte("b:2"), 1); !v.Allowed || !v.WouldRefuse {
+		t.Errorf("verdict %+v: want allowed, would refuse", v)
+	}
+	if st := tb.PolicyStats()[1]; st.OK != 2 || st.NO != 0 || st.DryRunRefused != 2 {
+		t.Errorf("counted ok %d no %d would-refuse %d, want 2, 0, 2", st.OK, st.NO, st.DryRunRefused)
+	}
+	if st := tb.Stats(); st.Tags != 0 {
+		t.Errorf("tracked %d tags under deny, want 0", st.Tags)
+	}
+}

@@ -220,10 +220,14 @@ func (t *Table) allowKey(ns int64, key []byte, h uint64, set *policySet, pi int)
 	return ok
 }
 
-// answer is the fixed answer of an allow or deny policy, counted.
+// answer is the fixed answer of an allow or deny policy, counted; a dry
+// run of deny serves.
 func (c *compiled) answer() bool {
-	if c.Action == Allow {
+	if c.Action == Allow || c.DryRun {
 		c.counts.ok.Add(1)
+		if c.Action == Deny {
+			c.counts.dry.Add(1)
+		}
 		return true
 	}
 	c.counts.no.Add(1)

@@ -44,7 +44,7 @@ func (t *Table) AllowN(now time.Time, tag []byte, n int) Verdict {
 	set := t.policies.Load()
 	pi := match(*set, tag)
 	if p := &(*set)[pi]; p.Action != Limit {
-		return Verdict{Allowed: p.answer(), Policy: p.Policy}
+		return p.fixed()
 	}
 	if max := int(t.maxTagBytes.Load()); len(tag) > max {
 		tag = digestKey(tag, max)
@@ -56,11 +56,15 @@ func (t *Table) AllowN(now time.Time, tag []byte, n int) Verdict {
 	if &s.policies[0] != &(*set)[0] {
 		// A reload swapped the policies in between: ask the shard's.
 		if pi = match(s.policies, tag); s.policies[pi].Action != Limit {
-			p := &s.policies[pi]
-			return Verdict{Allowed: p.answer(), Policy: p.Policy}
+			return s.policies[pi].fixed()
 		}
 	}
 	return s.allowN(s.advance(now.UnixNano()), h, tag, pi, n)
+}
+
+// fixed is the verdict of an allow or deny policy, counted.
+func (c *compiled) fixed() Verdict {
+	return Verdict{Allowed: c.answer(), WouldRefuse: c.Action == Deny && c.DryRun, Policy: c.Policy}
 }
 
 // AllowNNow is shorthand for AllowN(time.Now(), tag, n).

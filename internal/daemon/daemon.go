@@ -347,12 +347,12 @@ func (silent) Watchdog()  {}
 // tableConfig turns the file's limits into the table's.
 func tableConfig(cfg config.Config) bucket.Config {
 	tc := bucket.Config{
-		Default:     bucket.Policy{Name: "default", Rate: cfg.Limit.Rate, Burst: cfg.Limit.Burst},
+		Default:     bucket.Policy{Name: "default", Rate: cfg.Limit.Rate, Burst: cfg.Limit.Burst, DryRun: cfg.Limit.DryRun},
 		MaxTags:     cfg.Limit.MaxTags,
 		MaxTagBytes: cfg.Listen.MaxTagBytes,
 	}
 	for _, p := range cfg.Policy {
-		bp := bucket.Policy{Name: p.Name, Prefix: p.Prefix, Rate: p.Rate, Burst: p.Burst}
+		bp := bucket.Policy{Name: p.Name, Prefix: p.Prefix, Rate: p.Rate, Burst: p.Burst, DryRun: p.DryRun}
 		switch p.Action {
 		case config.ActionAllow:
 			bp.Action = bucket.Allow
