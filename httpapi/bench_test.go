@@ -2,7 +2,7 @@ package httpapi
 
 import (
 	"bufio"
-	"io"
+	"bytes"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -37,7 +37,9 @@ func BenchmarkServeHTTP(b *testing.B) {
 }
 
 // BenchmarkEndpoint is a whole request and answer over one keep-alive
-// loopback connection, one in flight: net/http's cost included.
+// loopback connection, one in flight: net/http's cost included. The
+// client reads the answer without allocating, so the allocations
+// reported are the server's.
 func BenchmarkEndpoint(b *testing.B) {
 	tb := newTable(b, bucket.Policy{Rate: 1e9, Burst: 1000})
 	_, addr := serve(b, tb, Config{})
@@ -48,20 +50,26 @@ func BenchmarkEndpoint(b *testing.B) {
 		reqs[i] = []byte("GET /v1/allow?tag=203.0.113." + strconv.Itoa(i) + " HTTP/1.1\r\nHost: x\r\n\r\n")
 	}
 	r := bufio.NewReader(c.c)
-	get := &http.Request{Method: "GET"}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		if _, err := c.c.Write(reqs[i%len(reqs)]); err != nil {
 			b.Fatal(err)
 		}
-		resp, err := http.ReadResponse(r, get)
-		if err != nil {
+		line, err := r.ReadSlice('\n')
+		if err != nil || !bytes.HasPrefix(line, []byte("HTTP/1.1 200 ")) {
+			b.Fatalf("status line %q, %v", line, err)
+		}
+		for {
+			line, err := r.ReadSlice('\n')
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(line) == 2 {
+				break
+			}
+		}
+		if _, err := r.Discard(3); err != nil {
 			b.Fatal(err)
 		}
-		var body [3]byte
-		if _, err := io.ReadFull(resp.Body, body[:]); err != nil || resp.StatusCode != 200 {
-			b.Fatalf("status %d, %v", resp.StatusCode, err)
-		}
-		resp.Body.Close()
 	}
 }

@@ -11,11 +11,14 @@ import (
 // The header fields of an answer. RateLimit-Policy and RateLimit follow
 // draft-ietf-httpapi-ratelimit-headers-10: each a list of one item, the
 // policy's name as a structured-field string, with parameters.
+// They are set in the header map as written here, not canonicalised
+// ("Ratelimit"), so they go out as the draft spells them; field names are
+// case-insensitive either way.
 const (
-	hdrPolicy     = "Ratelimit-Policy"
-	hdrRateLimit  = "Ratelimit"
+	hdrPolicy     = "RateLimit-Policy"
+	hdrRateLimit  = "RateLimit"
 	hdrRetryAfter = "Retry-After"
-	hdrDryRun     = "Dthrottle-Dry-Run"
+	hdrDryRun     = "DThrottle-Dry-Run"
 )
 
 // appendPolicy appends the RateLimit-Policy value of a limit policy:
