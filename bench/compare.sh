@@ -11,6 +11,9 @@
 #   bench/compare.sh -scaling        # also 1k / 100k / 1M tags x 1, 32, 4x64
 #   bench/compare.sh -sensitivity    # also echo servers spending 10-100 ns of CPU per query
 #   RATE=1 BURST=10 bench/compare.sh # a realistic policy: mostly NO
+#   DTHROTTLED=/path/to/dthrottled bench/compare.sh
+#                                    # another build, such as an older
+#                                    # version's, instead of this tree's
 #
 # Extra arguments go to `dthrottle-load compare` (see -h). Needs
 # redis-server (Debian: apt-get install -y redis-server).
@@ -39,7 +42,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-go build -o "$tmp/dthrottled" ./cmd/dthrottled
+if [ -n "${DTHROTTLED:-}" ]; then
+	cp "$DTHROTTLED" "$tmp/dthrottled"
+else
+	go build -o "$tmp/dthrottled" ./cmd/dthrottled
+fi
 go build -o "$tmp/dthrottle-load" ./cmd/dthrottle-load
 
 cat >"$tmp/dthrottle.toml" <<TOML

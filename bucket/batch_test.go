@@ -26,12 +26,12 @@ func TestAllowBatchMatchesAllow(t *testing.T) {
 // forceLookAhead makes AllowBatch look ahead, or not, whatever the size
 // of the table, until the test ends.
 func forceLookAhead(t *testing.T, on bool) {
-	was := lookAheadSlots
-	lookAheadSlots = math.MaxInt64
+	was, spendWas := lookAheadSlots, spendAheadSlots
+	lookAheadSlots, spendAheadSlots = math.MaxInt64, math.MaxInt64
 	if on {
-		lookAheadSlots = 0
+		lookAheadSlots, spendAheadSlots = 0, 0
 	}
-	t.Cleanup(func() { lookAheadSlots = was })
+	t.Cleanup(func() { lookAheadSlots, spendAheadSlots = was, spendWas })
 }
 
 func testAllowBatchMatchesAllow(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"math/rand/v2"
 	"sort"
 	"strconv"
 	"sync/atomic"
@@ -54,6 +55,7 @@ type Policy struct {
 type compiled struct {
 	Policy
 	counts   *policyCounts // queries answered under this policy's name
+	index    *prefixIndex  // set[0] only: the prefixes of the whole set
 	perToken int64         // nanoseconds to earn one token (1/rate)
 	allowAt  int64         // a query is served while tat-now <= allowAt ((burst-1) tokens)
 	debtAt   int64         // tat-now beyond this (burst tokens) means the bucket is below zero
@@ -88,12 +90,63 @@ func compile(p Policy) (compiled, error) {
 }
 
 // policyCounts counts the queries a policy answered. Limit policies count
-// in their shards, under the shard lock, and fold the counts in here when
-// the policies change; allow and deny policies, which take no lock, count
-// here directly.
+// in their shards, under the shard lock, and fold the counts into ok and
+// no when the policies change. Allow and deny policies take no lock: they
+// count in stripes, each on a cache line of its own, picked at random per
+// query, so that cores answering them rarely write the same line; so do
+// dry runs, for the queries their limit would refuse. Reads sum
+// everything.
 type policyCounts struct {
+	ok, no  atomic.Uint64
+	stripes atomic.Pointer[[answerStripes]answerCounts] // nil until first needed
+}
+
+// answerStripes is how many stripes an allow or deny policy counts in: a
+// few per core of a large machine, 512 bytes per policy.
+const answerStripes = 8
+
+// answerCounts is one stripe of an allow or deny policy's counts.
+type answerCounts struct {
 	ok, no atomic.Uint64
 	dry    atomic.Uint64 // served by a dry run where the limit would refuse
+	_      [40]byte      // a cache line each
+}
+
+// stripe returns a stripe picked at random.
+func (c *policyCounts) stripe() *answerCounts {
+	st := c.stripes.Load()
+	if st == nil {
+		c.stripes.CompareAndSwap(nil, new([answerStripes]answerCounts))
+		st = c.stripes.Load()
+	}
+	return &st[rand.Uint32()%answerStripes] // the runtime's per-thread generator
+}
+
+// count counts one fixed answer of an allow or deny policy.
+func (c *policyCounts) count(ok bool) {
+	s := c.stripe()
+	if ok {
+		s.ok.Add(1)
+	} else {
+		s.no.Add(1)
+	}
+}
+
+// countDry counts a query a dry run served where its limit would refuse
+// (besides counting it as served).
+func (c *policyCounts) countDry() { c.stripe().dry.Add(1) }
+
+// totals sums the counts.
+func (c *policyCounts) totals() (ok, no, dry uint64) {
+	ok, no = c.ok.Load(), c.no.Load()
+	if st := c.stripes.Load(); st != nil {
+		for i := range st {
+			ok += st[i].ok.Load()
+			no += st[i].no.Load()
+			dry += st[i].dry.Load()
+		}
+	}
+	return ok, no, dry
 }
 
 // tatFor is the theoretical arrival time that leaves tokens in the bucket
@@ -125,7 +178,7 @@ type policySet []compiled
 // newPolicySet compiles the policies. Counts are taken over from old by
 // policy name, so a reload keeps every policy's totals; old may be nil.
 func newPolicySet(def Policy, prefixed []Policy, old policySet) (policySet, error) {
-	if len(prefixed) >= math.MaxUint16 {
+	if len(prefixed) > MaxPolicies {
 		return nil, fmt.Errorf("bucket: too many policies (%d)", len(prefixed))
 	}
 	def.Prefix = ""
@@ -174,19 +227,18 @@ func newPolicySet(def Policy, prefixed []Policy, old policySet) (policySet, erro
 			set[i].counts = new(policyCounts)
 		}
 	}
+	set[0].index = newPrefixIndex(set)
 	return set, nil
 }
 
 // match returns the index of the policy for tag: the longest matching
-// prefix, or 0 for the default.
+// prefix, or 0 for the default. Its cost depends on the tag, not on the
+// number of policies (see prefixIndex).
 func match[T string | []byte](s policySet, tag T) int {
-	for i := 1; i < len(s); i++ {
-		p := s[i].Prefix
-		if len(tag) >= len(p) && string(tag[:len(p)]) == p {
-			return i
-		}
+	if len(s) == 1 {
+		return 0
 	}
-	return 0
+	return lookup(s[0].index, tag)
 }
 
 // fingerprint hashes what the policies do (prefixes, actions, rates and

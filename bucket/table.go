@@ -30,12 +30,23 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
+)
+
+// Hard limits of a Config, which the config file is validated against.
+const (
+	// MinTagBytes is the least MaxTagBytes: a digest key is the tag's
+	// first MaxTagBytes-31 bytes and 32 bytes of SHA-256.
+	MinTagBytes = 64
+	// MaxPolicies is the most prefix policies a table holds: a record
+	// keeps its policy's index, the default's included, in 16 bits.
+	MaxPolicies = math.MaxUint16 - 1
 )
 
 // Config describes a Table. Its zero value is not usable: see New.
@@ -46,7 +57,8 @@ type Config struct {
 	// evicts the least harmful entry (see Stats.Evictions).
 	MaxTags int
 	// MaxTagBytes is the longest tag kept verbatim; a longer one is keyed by
-	// its first MaxTagBytes-31 bytes and a SHA-256 of the whole tag. >= 64.
+	// its first MaxTagBytes-31 bytes and a SHA-256 of the whole tag. At
+	// least MinTagBytes.
 	MaxTagBytes int
 }
 
@@ -140,8 +152,8 @@ func checkConfig(cfg Config, old policySet) (policySet, error) {
 	if cfg.MaxTags < 1 {
 		return nil, fmt.Errorf("bucket: max tags must be >= 1, got %d", cfg.MaxTags)
 	}
-	if cfg.MaxTagBytes < 64 {
-		return nil, fmt.Errorf("bucket: max tag bytes must be >= 64, got %d", cfg.MaxTagBytes)
+	if cfg.MaxTagBytes < MinTagBytes {
+		return nil, fmt.Errorf("bucket: max tag bytes must be >= %d, got %d", MinTagBytes, cfg.MaxTagBytes)
 	}
 	return newPolicySet(cfg.Default, cfg.Policies, old)
 }
@@ -223,15 +235,13 @@ func (t *Table) allowKey(ns int64, key []byte, h uint64, set *policySet, pi int)
 // answer is the fixed answer of an allow or deny policy, counted; a dry
 // run of deny serves.
 func (c *compiled) answer() bool {
-	if c.Action == Allow || c.DryRun {
-		c.counts.ok.Add(1)
-		if c.Action == Deny {
-			c.counts.dry.Add(1)
-		}
-		return true
+	ok := c.Action == Allow
+	if !ok && c.DryRun {
+		ok = true
+		c.counts.countDry()
 	}
-	c.counts.no.Add(1)
-	return false
+	c.counts.count(ok)
+	return ok
 }
 
 // AllowNow is shorthand for Allow(time.Now(), tag).
@@ -343,8 +353,8 @@ func (t *Table) PolicyStats() []PolicyStats {
 	set := *t.policies.Load()
 	out := make([]PolicyStats, len(set))
 	for i := range set {
-		out[i] = PolicyStats{Policy: set[i].Policy, OK: set[i].counts.ok.Load(), NO: set[i].counts.no.Load(),
-			DryRunRefused: set[i].counts.dry.Load()}
+		ok, no, dry := set[i].counts.totals()
+		out[i] = PolicyStats{Policy: set[i].Policy, OK: ok, NO: no, DryRunRefused: dry}
 	}
 	for i := range t.shards {
 		s := &t.shards[i]

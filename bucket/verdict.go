@@ -124,6 +124,6 @@ func (s *shard) allowN(now int64, h uint64, key []byte, pi int, n int) Verdict {
 // no bucket: it counts the query as served, and as refused by a dry run.
 func (s *shard) dryRun(pi int) bool {
 	s.count(pi).ok++
-	s.policies[pi].counts.dry.Add(1)
+	s.policies[pi].counts.countDry()
 	return true
 }

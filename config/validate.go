@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/protocol"
 )
 
@@ -21,7 +22,7 @@ const (
 	maxBurst       = 1000000 // tokens
 	maxMaxTags     = 100000000
 	maxMaxConns    = 1000000
-	minMaxTagBytes = 64
+	minMaxTagBytes = bucket.MinTagBytes
 	maxMaxTagBytes = protocol.MaxLine // a longer line closes the connection anyway
 	minInterval    = 10 * time.Millisecond
 	maxInterval    = time.Hour
@@ -87,6 +88,9 @@ func (c *Config) validateLimit() *Error {
 }
 
 func (c *Config) validatePolicies() *Error {
+	if len(c.Policy) > bucket.MaxPolicies {
+		return bad(key("policy"), strconv.Itoa(len(c.Policy))+" policies", fmt.Sprintf("must be at most %d", bucket.MaxPolicies))
+	}
 	prefixes := map[string]string{} // prefix -> label of the policy that has it
 	names := map[string]string{}
 	for i, p := range c.Policy {

@@ -3,9 +3,12 @@ package config
 import (
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/bucket"
 )
 
 func TestValidateRanges(t *testing.T) {
@@ -165,5 +168,20 @@ func TestValidateLines(t *testing.T) {
 		if !ok || e.Line != tc.line || e.Key != tc.key {
 			t.Errorf("Parse(%q) = %v (%#v), want line %d, key %s", tc.src, err, err, tc.line, tc.key)
 		}
+	}
+}
+
+func TestValidateTooManyPolicies(t *testing.T) {
+	c := Default()
+	for i := range bucket.MaxPolicies + 1 {
+		c.Policy = append(c.Policy, Policy{Prefix: "p" + strconv.Itoa(i) + ":", Rate: 1, Burst: 1})
+	}
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "must be at most 65534") {
+		t.Fatalf("validating %d policies: %v", len(c.Policy), err)
+	}
+	c.Policy = c.Policy[:bucket.MaxPolicies]
+	if err := c.Validate(); err != nil {
+		t.Fatalf("validating %d policies: %v", len(c.Policy), err)
 	}
 }

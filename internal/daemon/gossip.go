@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
@@ -44,6 +45,10 @@ func (d *Daemon) startGossip(cfg config.Gossip, open func(config.Gossip) (gossip
 	}
 	table := d.table
 	var drained []bucket.Hit
+	var (
+		applyMu sync.Mutex // Apply may be called from several goroutines
+		applied []bucket.Hit
+	)
 	node, err := gossip.NewNode(gossip.Config{
 		Interval:    cfg.Interval.Duration,
 		MaxPacket:   cfg.MaxPacket,
@@ -57,9 +62,13 @@ func (d *Daemon) startGossip(cfg config.Gossip, open func(config.Gossip) (gossip
 			return dst
 		},
 		Apply: func(now time.Time, hits []gossip.Hit) {
+			applyMu.Lock()
+			applied = applied[:0]
 			for _, h := range hits {
-				table.Spend(now, h.Key, h.Count)
+				applied = append(applied, bucket.Hit(h))
 			}
+			table.SpendBatch(now, applied)
+			applyMu.Unlock()
 		},
 		Export: warmExport(table),
 		Merge:  warmMerge(table),
