@@ -65,7 +65,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	out.Queries.LineTooLong = snap.Queries.LineTooLong
 	out.Policies = make([]api.Policy, len(snap.Policies))
 	for i, p := range snap.Policies {
-		out.Policies[i] = api.Policy{Name: p.Name, Action: p.Action, OK: p.OK, NO: p.NO}
+		out.Policies[i] = api.Policy{Name: p.Name, Action: p.Action, OK: p.OK, NO: p.NO, DryRun: p.DryRun, DryRunRefused: p.DryRunRefused}
 		out.Queries.OK += p.OK
 		out.Queries.NO += p.NO
 	}
@@ -83,6 +83,10 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Gossip.Dropped = api.Dropped{Auth: g.Dropped.Auth, Malformed: g.Dropped.Malformed,
 			Version: g.Dropped.Version, Duplicate: g.Dropped.Duplicate, Stale: g.Dropped.Stale}
+	}
+	if h := snap.HTTP; h.Enabled {
+		out.HTTP = &api.HTTP{Allowed: h.Allowed, Refused: h.Refused, Bad: h.Bad, Active: h.Active,
+			Accepted: h.Accepted, Rejected: h.Rejected}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -104,6 +108,9 @@ func (s *Server) getTag(w http.ResponseWriter, r *http.Request) {
 		Tokens:     v.Tokens,
 		Debt:       max(0, -v.Tokens),
 		Unreported: v.Unreported,
+
+		DryRun:        v.DryRun,
+		DryRunRefused: v.DryRunRefused,
 	})
 }
 

@@ -29,6 +29,8 @@ type collector struct {
 	packetsSent, bytesSent, packetsReceived, bytesReceived family
 	dropped, own, lost, mismatches, peers                  family
 	reportDuration, lastReport                             family
+	dryRunRefused                                          family
+	httpRequests, httpConnections, httpRejected            family
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -70,6 +72,11 @@ func newCollector(snapshot func() Snapshot) *collector {
 		peers:           newFamily("gossip_peers", "Peers heard and not silent.", gauge),
 		reportDuration:  newFamily("gossip_report_duration_seconds", "How long the last report took to send.", gauge),
 		lastReport:      newFamily("gossip_last_report_timestamp_seconds", "When the last report was sent, seconds since the Unix epoch.", gauge),
+
+		dryRunRefused:   newFamily("policy_dry_run_refused_total", "Queries a dry-run policy served that its limit would have refused (also counted as ok).", counter, "policy"),
+		httpRequests:    newFamily("http_requests_total", "Requests to the HTTP decision endpoint, by result: allowed (2xx), refused, bad (4xx for their form).", counter, "result"),
+		httpConnections: newFamily("http_connections", "HTTP decision endpoint connections open.", gauge),
+		httpRejected:    newFamily("http_connections_rejected_total", "HTTP decision endpoint connections answered 503 because its max_conns were open.", counter),
 	}
 }
 
@@ -83,6 +90,7 @@ func (c *collector) families() []family {
 		c.packetsSent, c.bytesSent, c.packetsReceived, c.bytesReceived,
 		c.dropped, c.own, c.lost, c.mismatches, c.peers,
 		c.reportDuration, c.lastReport,
+		c.dryRunRefused, c.httpRequests, c.httpConnections, c.httpRejected,
 	}
 }
 
@@ -108,7 +116,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 
 	// Policy names are unique in a valid config, but one may be named like
 	// the default; sum rather than emit a series twice (a failed scrape).
-	type okNo struct{ ok, no uint64 }
+	type okNo struct{ ok, no, dry uint64 }
 	byName := make(map[string]okNo, len(s.Policies))
 	names := make([]string, 0, len(s.Policies))
 	var total okNo
@@ -118,12 +126,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if !seen {
 			names = append(names, name)
 		}
-		byName[name] = okNo{n.ok + p.OK, n.no + p.NO}
-		total = okNo{total.ok + p.OK, total.no + p.NO}
+		byName[name] = okNo{n.ok + p.OK, n.no + p.NO, n.dry + p.DryRunRefused}
+		total = okNo{total.ok + p.OK, total.no + p.NO, 0}
 	}
 	for _, name := range names {
 		emit(c.policyQueries, float64(byName[name].ok), name, "ok")
 		emit(c.policyQueries, float64(byName[name].no), name, "no")
+		emit(c.dryRunRefused, float64(byName[name].dry), name)
 	}
 	emit(c.queries, float64(total.ok), "ok")
 	emit(c.queries, float64(total.no), "no")
@@ -138,6 +147,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	emit(c.rejected, float64(s.Connections.Rejected))
 	emit(c.reloads, float64(s.Reloads))
 	emit(c.reloadFailures, float64(s.ReloadFailures))
+	if h := s.HTTP; h.Enabled {
+		emit(c.httpRequests, float64(h.Allowed), "allowed")
+		emit(c.httpRequests, float64(h.Refused), "refused")
+		emit(c.httpRequests, float64(h.Bad), "bad")
+		emit(c.httpConnections, float64(h.Active))
+		emit(c.httpRejected, float64(h.Rejected))
+	}
 
 	g := s.Gossip
 	if !g.Enabled {

@@ -61,6 +61,7 @@ type Snapshot struct {
 	// Queries.Total.
 	Policies       []PolicyCounts
 	Gossip         Gossip
+	HTTP           HTTP   // the HTTP decision endpoint
 	Reloads        uint64 // configuration reloads applied
 	ReloadFailures uint64 // reloads rejected (the running config kept)
 }
@@ -86,6 +87,22 @@ type PolicyCounts struct {
 	Name   string // as configured; "default" for the [limit] policy
 	Action string // "limit", "allow" or "deny"
 	OK, NO uint64 // queries answered OK and NO under this policy
+	DryRun bool   // the policy serves what its limit refuses
+	// DryRunRefused counts, of OK, the queries the limit would have
+	// refused.
+	DryRunRefused uint64
+}
+
+// HTTP is the HTTP decision endpoint's counters. All but Enabled are
+// ignored when Enabled is false, so the zero value is the endpoint off.
+type HTTP struct {
+	Enabled  bool
+	Allowed  uint64 // requests answered 2xx, dry runs included
+	Refused  uint64 // requests answered the refusal status
+	Bad      uint64 // requests answered 4xx for their form
+	Active   uint64 // connections open now
+	Accepted uint64 // connections taken into service
+	Rejected uint64 // connections answered 503 because max_conns were open
 }
 
 // Gossip is the gossip node's counters. All but Enabled are ignored when
@@ -145,4 +162,8 @@ type TagView struct {
 	Burst      int     // that policy's burst, tokens
 	Tokens     float64 // tokens in the bucket; negative is debt from peers' hits
 	Unreported uint64  // hits served here and not yet reported to peers
+	DryRun     bool    // that policy serves what its limit refuses
+	// DryRunRefused counts, over the whole policy, the queries its limit
+	// would have refused.
+	DryRunRefused uint64
 }

@@ -44,6 +44,10 @@ type Policy struct {
 	Rate   float64 // tokens added per second
 	Burst  int     // bucket capacity in tokens
 	Action Action
+	// DryRun serves what the limit would refuse, keeping the bucket as if
+	// limiting, and counts it (PolicyStats.DryRunRefused). Not part of the
+	// fingerprint: peers throttle alike whether or not it is set.
+	DryRun bool
 }
 
 // compiled is a Policy turned into integer nanoseconds, the unit the table
@@ -89,8 +93,9 @@ func compile(p Policy) (compiled, error) {
 // in their shards, under the shard lock, and fold the counts into ok and
 // no when the policies change. Allow and deny policies take no lock: they
 // count in stripes, each on a cache line of its own, picked at random per
-// query, so that cores answering them rarely write the same line. Reads
-// sum everything.
+// query, so that cores answering them rarely write the same line; so do
+// dry runs, for the queries their limit would refuse. Reads sum
+// everything.
 type policyCounts struct {
 	ok, no  atomic.Uint64
 	stripes atomic.Pointer[[answerStripes]answerCounts] // nil until first needed
@@ -103,17 +108,23 @@ const answerStripes = 8
 // answerCounts is one stripe of an allow or deny policy's counts.
 type answerCounts struct {
 	ok, no atomic.Uint64
-	_      [48]byte // a cache line each
+	dry    atomic.Uint64 // served by a dry run where the limit would refuse
+	_      [40]byte      // a cache line each
 }
 
-// count counts one fixed answer of an allow or deny policy.
-func (c *policyCounts) count(ok bool) {
+// stripe returns a stripe picked at random.
+func (c *policyCounts) stripe() *answerCounts {
 	st := c.stripes.Load()
 	if st == nil {
 		c.stripes.CompareAndSwap(nil, new([answerStripes]answerCounts))
 		st = c.stripes.Load()
 	}
-	s := &st[rand.Uint32()%answerStripes] // the runtime's per-thread generator
+	return &st[rand.Uint32()%answerStripes] // the runtime's per-thread generator
+}
+
+// count counts one fixed answer of an allow or deny policy.
+func (c *policyCounts) count(ok bool) {
+	s := c.stripe()
 	if ok {
 		s.ok.Add(1)
 	} else {
@@ -121,16 +132,21 @@ func (c *policyCounts) count(ok bool) {
 	}
 }
 
+// countDry counts a query a dry run served where its limit would refuse
+// (besides counting it as served).
+func (c *policyCounts) countDry() { c.stripe().dry.Add(1) }
+
 // totals sums the counts.
-func (c *policyCounts) totals() (ok, no uint64) {
+func (c *policyCounts) totals() (ok, no, dry uint64) {
 	ok, no = c.ok.Load(), c.no.Load()
 	if st := c.stripes.Load(); st != nil {
 		for i := range st {
 			ok += st[i].ok.Load()
 			no += st[i].no.Load()
+			dry += st[i].dry.Load()
 		}
 	}
-	return ok, no
+	return ok, no, dry
 }
 
 // tatFor is the theoretical arrival time that leaves tokens in the bucket
@@ -226,7 +242,8 @@ func match[T string | []byte](s policySet, tag T) int {
 }
 
 // fingerprint hashes what the policies do (prefixes, actions, rates and
-// bursts, not names), so peers can tell whether they throttle alike.
+// bursts, not names), so peers can tell whether they throttle alike. A
+// dry run keeps its buckets as if limiting, so it is left out.
 func (s policySet) fingerprint() uint64 {
 	h := fnv.New64a()
 	var buf []byte

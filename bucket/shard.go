@@ -83,6 +83,9 @@ func (s *shard) allow(now int64, h uint64, key []byte, pi int) bool {
 	r := s.arena.rec(ref)
 	tat := max(r.tat(), now)
 	if tat-now > p.allowAt {
+		if p.DryRun {
+			return s.dryRun(pi)
+		}
 		s.count(pi).no++
 		return false
 	}

@@ -79,6 +79,9 @@ type Stats struct {
 type PolicyStats struct {
 	Policy
 	OK, NO uint64
+	// DryRunRefused counts the queries served (and counted in OK) under
+	// DryRun that the limit would have refused.
+	DryRunRefused uint64
 }
 
 // State is a tag as seen at an instant, for tests and the admin view.
@@ -229,9 +232,14 @@ func (t *Table) allowKey(ns int64, key []byte, h uint64, set *policySet, pi int)
 	return ok
 }
 
-// answer is the fixed answer of an allow or deny policy, counted.
+// answer is the fixed answer of an allow or deny policy, counted; a dry
+// run of deny serves.
 func (c *compiled) answer() bool {
 	ok := c.Action == Allow
+	if !ok && c.DryRun {
+		ok = true
+		c.counts.countDry()
+	}
 	c.counts.count(ok)
 	return ok
 }
@@ -345,8 +353,8 @@ func (t *Table) PolicyStats() []PolicyStats {
 	set := *t.policies.Load()
 	out := make([]PolicyStats, len(set))
 	for i := range set {
-		ok, no := set[i].counts.totals()
-		out[i] = PolicyStats{Policy: set[i].Policy, OK: ok, NO: no}
+		ok, no, dry := set[i].counts.totals()
+		out[i] = PolicyStats{Policy: set[i].Policy, OK: ok, NO: no, DryRunRefused: dry}
 	}
 	for i := range t.shards {
 		s := &t.shards[i]

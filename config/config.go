@@ -37,6 +37,7 @@ type Config struct {
 	Policy []Policy `toml:"policy"` // prefix policies; the longest matching prefix wins
 	Gossip Gossip   `toml:"gossip"` // how reports reach the other peers
 	Admin  Admin    `toml:"admin"`  // the HTTP admin endpoint
+	HTTP   HTTP     `toml:"http"`   // the HTTP decision endpoint
 	Log    Log      `toml:"log"`    // what the daemon logs, and how
 	State  State    `toml:"state"`  // the table kept across restarts
 }
@@ -64,6 +65,7 @@ type Limit struct {
 	Rate    float64 `toml:"rate"`     // tokens per second
 	Burst   int     `toml:"burst"`    // bucket capacity, tokens
 	MaxTags int     `toml:"max_tags"` // hard cap on tracked tags
+	DryRun  bool    `toml:"dry_run"`  // serve what the limit refuses, and count it
 }
 
 // Policy gives the tags that start with Prefix their own treatment. The zero
@@ -71,11 +73,12 @@ type Limit struct {
 // and an empty Action means [ActionLimit]. Rate and Burst matter only for
 // ActionLimit.
 type Policy struct {
-	Name   string  `toml:"name"`   // label in logs and metrics; defaults to Prefix
-	Prefix string  `toml:"prefix"` // tags starting with these bytes match
-	Rate   float64 `toml:"rate"`   // tokens per second (action "limit")
-	Burst  int     `toml:"burst"`  // bucket capacity, tokens (action "limit")
-	Action string  `toml:"action"` // ActionLimit, ActionAllow or ActionDeny
+	Name   string  `toml:"name"`    // label in logs and metrics; defaults to Prefix
+	Prefix string  `toml:"prefix"`  // tags starting with these bytes match
+	Rate   float64 `toml:"rate"`    // tokens per second (action "limit")
+	Burst  int     `toml:"burst"`   // bucket capacity, tokens (action "limit")
+	Action string  `toml:"action"`  // ActionLimit, ActionAllow or ActionDeny
+	DryRun bool    `toml:"dry_run"` // serve what the limit refuses, and count it (action "limit")
 }
 
 // Gossip configures how hit reports are exchanged between peers. Reports go
@@ -99,6 +102,18 @@ type Admin struct {
 	HTTP  string `toml:"http"`  // "host:port"; "" disables
 	Pprof bool   `toml:"pprof"` // also serve Go's profiler at /debug/pprof/
 }
+
+// HTTP configures the HTTP decision endpoint (GET /v1/allow?tag=), a
+// listener of its own for proxies' subrequests, never the admin endpoint.
+// The zero HTTP is not valid (MaxConns is 0): start from [Default].
+type HTTP struct {
+	Listen       string `toml:"listen"`        // "host:port" or "unix:/path"; "" disables
+	MaxConns     int    `toml:"max_conns"`     // most connections open at once; more get 503
+	RefuseStatus int    `toml:"refuse_status"` // the status of a refusal: 403 or 429
+}
+
+// HTTPUnixPrefix marks an HTTP.Listen that is a Unix socket path.
+const HTTPUnixPrefix = "unix:"
 
 // Log says how the daemon logs: to stderr, where journald adds the
 // timestamps. The zero Log is not valid: start from [Default].
@@ -175,6 +190,11 @@ func Default() Config {
 		},
 		Admin: Admin{
 			HTTP: "", // no admin endpoint
+		},
+		HTTP: HTTP{
+			Listen:       "",   // no HTTP decision endpoint
+			MaxConns:     1024, // proxies keep a few keep-alive connections each
+			RefuseStatus: 403,  // what nginx's auth_request accepts as a refusal
 		},
 		Log: Log{
 			Format: "text", // key=value lines

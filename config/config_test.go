@@ -32,6 +32,7 @@ func TestDefaultValues(t *testing.T) {
 		Listen: Listen{Unix: DefaultUnixPath(), UnixMode: "0660", MaxConns: 10000, MaxTagBytes: 256},
 		Limit:  Limit{Rate: 1, Burst: 10, MaxTags: 1000000},
 		Gossip: Gossip{Interval: Duration{time.Second}, TTL: 1, Bind: ":7777", MaxPacket: 1400, WarmStart: true},
+		HTTP:   HTTP{MaxConns: 1024, RefuseStatus: 403},
 		Log:    Log{Format: "text", Level: "info"},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
@@ -77,6 +78,7 @@ func TestShippedExample(t *testing.T) {
 			Peers: []string{}, Bind: ":7777", MaxPacket: 1400, WarmStart: true,
 		},
 		Admin: Admin{HTTP: "127.0.0.1:7071"},
+		HTTP:  HTTP{MaxConns: 1024, RefuseStatus: 403},
 		Log:   Log{Format: "text", Level: "info"},
 		State: State{File: "/var/lib/dthrottle/state"},
 	}
@@ -102,7 +104,7 @@ func TestShippedExampleComplete(t *testing.T) {
 			t.Errorf("../dthrottle.toml does not set %s", k.name)
 		}
 	}
-	for _, f := range []string{"name", "prefix", "rate", "burst", "action"} {
+	for _, f := range []string{"name", "prefix", "rate", "burst", "action", "dry_run"} {
 		if !strings.Contains(string(data), "\n"+f+" = ") {
 			t.Errorf("../dthrottle.toml has no example of policy key %s", f)
 		}

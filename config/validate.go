@@ -48,7 +48,7 @@ var _ [gossip.MaxPacket - maxMaxPacket]struct{}
 // not modify c and does no I/O: it does not resolve names or check that
 // files exist.
 func (c *Config) Validate() error {
-	for _, check := range []func() *Error{c.validateListen, c.validateLimit, c.validatePolicies, c.validateGossip, c.validateAdmin, c.validateLog, c.validateState} {
+	for _, check := range []func() *Error{c.validateListen, c.validateLimit, c.validatePolicies, c.validateGossip, c.validateAdmin, c.validateHTTP, c.validateLog, c.validateState} {
 		if e := check(); e != nil {
 			return e
 		}

@@ -41,6 +41,10 @@ type Tag struct {
 	Tokens     float64 `json:"tokens"`
 	Debt       float64 `json:"debt"` // max(0, -tokens)
 	Unreported uint64  `json:"unreported"`
+	// DryRun: the policy serves what its limit refuses; DryRunRefused
+	// counts, over the whole policy, the queries it would have refused.
+	DryRun        bool   `json:"dry_run,omitempty"`
+	DryRunRefused uint64 `json:"dry_run_refused,omitempty"`
 }
 
 // Forget is DELETE /v1/tags/{tag}.
@@ -60,6 +64,17 @@ type Stats struct {
 	Queries       Queries     `json:"queries"`
 	Policies      []Policy    `json:"policies"`
 	Gossip        Gossip      `json:"gossip"`
+	HTTP          *HTTP       `json:"http,omitempty"` // nil when the HTTP decision endpoint is off
+}
+
+// HTTP counts the HTTP decision endpoint's requests and connections.
+type HTTP struct {
+	Allowed  uint64 `json:"allowed"`  // answered 2xx, dry runs included
+	Refused  uint64 `json:"refused"`  // answered the refusal status
+	Bad      uint64 `json:"bad"`      // answered 4xx for their form
+	Active   uint64 `json:"active"`   // connections open
+	Accepted uint64 `json:"accepted"` // connections taken into service
+	Rejected uint64 `json:"rejected"` // connections answered 503 over max_conns
 }
 
 // Connections are the query server's connection counts.
@@ -80,10 +95,12 @@ type Queries struct {
 
 // Policy counts the queries one policy answered.
 type Policy struct {
-	Name   string `json:"name"`
-	Action string `json:"action"`
-	OK     uint64 `json:"ok"`
-	NO     uint64 `json:"no"`
+	Name          string `json:"name"`
+	Action        string `json:"action"`
+	OK            uint64 `json:"ok"`
+	NO            uint64 `json:"no"`
+	DryRun        bool   `json:"dry_run,omitempty"`
+	DryRunRefused uint64 `json:"dry_run_refused,omitempty"` // of OK, what the limit would have refused
 }
 
 // Gossip are the counters between peers; all zero when Enabled is false.

@@ -19,6 +19,7 @@ const (
 	tagJSON     = `{"tag":"1.2.3.4","key":"1.2.3.4","tracked":true,"policy":"default","action":"limit","rate":1,"burst":10,"tokens":3.5,"debt":0,"unreported":2}`
 	untracked   = `{"tag":"a b/c","key":"a b/c","tracked":false,"policy":"login","action":"limit","rate":0.2,"burst":5,"tokens":5,"debt":0,"unreported":0}`
 	forgetJSON  = `{"tag":"a b/c","forgotten":true}`
+	dryRunJSON  = `{"tag":"try:x","key":"try:x","tracked":true,"policy":"try","action":"limit","rate":1,"burst":2,"tokens":0,"debt":0,"unreported":2,"dry_run":true,"dry_run_refused":7}`
 	statsJSON   = `{"version":"v1.2.3","uptime_seconds":12.3,"tags":1234,"evictions":0,"evicted_hits":0,"connections":{"active":3,"accepted":10,"rejected":0},"queries":{"total":100,"ok":90,"no":10,"line_too_long":0},"policies":[{"name":"default","ok":90,"no":10}],"gossip":{"enabled":true,"node":"0102030405060708","packets_sent":1,"bytes_sent":1,"packets_received":1,"bytes_received":1,"dropped":{"auth":0,"malformed":0,"version":0,"duplicate":0},"lost":0,"fingerprint_mismatch":0,"peers":2}}`
 	unknownKeys = `{"status":"degraded","peers":0,"seconds_since_report":75,"added_later":[1,2]}`
 )
@@ -66,6 +67,7 @@ func TestAdminCommands(t *testing.T) {
 		"GET /v1/peers":             peersJSON,
 		"GET /v1/tags/1.2.3.4":      tagJSON,
 		"GET /v1/tags/a%20b%2Fc":    untracked,
+		"GET /v1/tags/try:x":        dryRunJSON,
 		"DELETE /v1/tags/a%20b%2Fc": forgetJSON,
 		"GET /v1/stats":             statsJSON,
 	})
@@ -95,6 +97,15 @@ limit       0.2 per second, burst 5
 tracked     no (its bucket is full)
 tokens      5 of 5
 unreported  0 hits not yet sent to peers
+`},
+		{[]string{"tag", "-admin", addr, "try:x"}, `
+tag         "try:x"
+policy      try (limit)
+dry run     yes: served whatever the limit says; 7 queries of this policy would have been refused
+limit       1 per second, burst 2
+tracked     yes
+tokens      0 of 2
+unreported  2 hits not yet sent to peers
 `},
 		{[]string{"forget", "-admin", addr, "a b/c"}, "a b/c: forgotten, its bucket is full again\n"},
 		{[]string{"stats", "-admin", addr}, `

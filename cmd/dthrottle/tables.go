@@ -72,6 +72,9 @@ func tagInfo(args []string, e env) int {
 		fmt.Fprintf(tw, "key\t%s\n", strconv.Quote(t.Key))
 	}
 	fmt.Fprintf(tw, "policy\t%s (%s)\n", t.Policy, t.Action)
+	if t.DryRun {
+		fmt.Fprintf(tw, "dry run\tyes: served whatever the limit says; %d queries of this policy would have been refused\n", t.DryRunRefused)
+	}
 	if t.Action == "limit" {
 		fmt.Fprintf(tw, "limit\t%s per second, burst %s\n", num(t.Rate), num(float64(t.Burst)))
 		tracked := "no (its bucket is full)"

@@ -52,7 +52,13 @@ func (d *Daemon) snapshot() admin.Snapshot {
 		ReloadFailures: failures,
 	}
 	for _, p := range d.table.PolicyStats() {
-		s.Policies = append(s.Policies, admin.PolicyCounts{Name: p.Name, Action: p.Action.String(), OK: p.OK, NO: p.NO})
+		s.Policies = append(s.Policies, admin.PolicyCounts{Name: p.Name, Action: p.Action.String(), OK: p.OK, NO: p.NO,
+			DryRun: p.DryRun, DryRunRefused: p.DryRunRefused})
+	}
+	if d.http != nil {
+		h := d.http.srv.Stats()
+		s.HTTP = admin.HTTP{Enabled: true, Allowed: h.Allowed, Refused: h.Refused, Bad: h.Bad,
+			Active: h.Active, Accepted: h.Accepted, Rejected: h.Rejected}
 	}
 	if d.gossip != nil {
 		n := d.gossip.node
@@ -97,6 +103,15 @@ func (d *Daemon) tagView(tag string) admin.TagView {
 	if err != nil && !errors.Is(err, bucket.ErrUnknownTag) {
 		d.log.Warn("admin: reading a tag", "err", err)
 	}
-	return admin.TagView{Key: key, Tracked: st.Tracked, Policy: st.Policy.Name, Action: st.Policy.Action.String(),
-		Rate: st.Policy.Rate, Burst: st.Policy.Burst, Tokens: st.Tokens, Unreported: uint64(st.Unreported)}
+	v := admin.TagView{Key: key, Tracked: st.Tracked, Policy: st.Policy.Name, Action: st.Policy.Action.String(),
+		Rate: st.Policy.Rate, Burst: st.Policy.Burst, Tokens: st.Tokens, Unreported: uint64(st.Unreported),
+		DryRun: st.Policy.DryRun}
+	if v.DryRun {
+		for _, p := range d.table.PolicyStats() {
+			if p.Name == st.Policy.Name {
+				v.DryRunRefused = p.DryRunRefused
+			}
+		}
+	}
+	return v
 }

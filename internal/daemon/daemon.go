@@ -97,6 +97,7 @@ type Daemon struct {
 	server    *protocol.Server
 	gossip    *gossipRun    // nil when no group and no peers are configured
 	admin     *admin.Server // nil unless admin.http is set
+	http      *httpRun      // nil unless http.listen is set
 	listeners []NamedListener
 	unlock    func() // releases the Unix socket's lock file
 	failed    chan error
@@ -157,7 +158,12 @@ func New(opts Options) (_ *Daemon, err error) {
 	}
 	warnFewFiles(cfg.Listen.MaxConns, d.log)
 	d.server = protocol.NewServer(d.decider(), protocol.Config{MaxConns: cfg.Listen.MaxConns, Logger: d.log})
-	if err := d.startAdmin(cfg.Admin); err != nil {
+	err = d.openHTTP(cfg)
+	if err == nil {
+		err = d.startAdmin(cfg.Admin)
+	}
+	if err != nil {
+		d.stopHTTP(context.Background())
 		if d.gossip != nil {
 			d.gossip.node.Stop(context.Background())
 		}
@@ -177,6 +183,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 		}(l.Listener)
 	}
+	d.serveHTTP()
 	cfg := d.Config()
 	if d.gossip != nil {
 		d.gossip.node.Start()
@@ -228,6 +235,7 @@ func (d *Daemon) Close(grace time.Duration) error {
 	d.notify.Stopping()
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
+	d.stopHTTP(ctx)
 	if err := d.server.Shutdown(ctx); err != nil {
 		d.log.Warn("stop: connections not reading their replies were cut off", "grace", grace,
 			"connections", d.server.Stats().Active, "err", err)
@@ -347,12 +355,12 @@ func (silent) Watchdog()  {}
 // tableConfig turns the file's limits into the table's.
 func tableConfig(cfg config.Config) bucket.Config {
 	tc := bucket.Config{
-		Default:     bucket.Policy{Name: "default", Rate: cfg.Limit.Rate, Burst: cfg.Limit.Burst},
+		Default:     bucket.Policy{Name: "default", Rate: cfg.Limit.Rate, Burst: cfg.Limit.Burst, DryRun: cfg.Limit.DryRun},
 		MaxTags:     cfg.Limit.MaxTags,
 		MaxTagBytes: cfg.Listen.MaxTagBytes,
 	}
 	for _, p := range cfg.Policy {
-		bp := bucket.Policy{Name: p.Name, Prefix: p.Prefix, Rate: p.Rate, Burst: p.Burst}
+		bp := bucket.Policy{Name: p.Name, Prefix: p.Prefix, Rate: p.Rate, Burst: p.Burst, DryRun: p.DryRun}
 		switch p.Action {
 		case config.ActionAllow:
 			bp.Action = bucket.Allow

@@ -73,6 +73,9 @@ func (d *Daemon) reload() ([]string, error) {
 			}
 		}
 	}
+	if d.http != nil {
+		d.http.srv.SetRefuseStatus(next.HTTP.RefuseStatus)
+	}
 	if d.level != nil {
 		d.level.Set(next.Log.SlogLevel())
 	}
@@ -106,6 +109,8 @@ func needsRestart(cur, next config.Config) []string {
 	check("gossip.peers (on or off)", len(cur.Gossip.Peers) > 0, len(next.Gossip.Peers) > 0)
 	check("admin.http", cur.Admin.HTTP, next.Admin.HTTP)
 	check("admin.pprof", cur.Admin.Pprof, next.Admin.Pprof)
+	check("http.listen", cur.HTTP.Listen, next.HTTP.Listen)
+	check("http.max_conns", cur.HTTP.MaxConns, next.HTTP.MaxConns)
 	check("log.format", cur.Log.Format, next.Log.Format)
 	return keys
 }

@@ -1,0 +1,253 @@
+// Package httpapi is dthrottled's HTTP decision endpoint: GET
+// /v1/allow?tag=<tag> spends a token for the tag, as a query on the line
+// protocol does, from the same table, and answers 200 when the request is
+// served or the refusal status (403 by default, for nginx's auth_request;
+// or 429) when it is not, with the IETF draft's RateLimit-Policy and
+// RateLimit header fields on both and Retry-After on a refusal. It is made
+// for proxies' subrequests (nginx auth_request, Caddy forward_auth,
+// HAProxy), on a listener of its own, never the admin endpoint's.
+//
+// The package owns the endpoint's HTTP handling: parsing the request,
+// writing the answer, and the bad-input discipline (a URI over 8 KiB gets
+// 414, a request head over 12 KiB 431, a slow client's connection is
+// closed after a timeout, a connection over MaxConns gets 503). It decides
+// through a [Decider] it is given, which *bucket.Table is.
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dthrottle/dthrottle/bucket"
+)
+
+// Decider decides a query costing n tokens for tag at now. *bucket.Table
+// is one. It must be safe for concurrent use and must not retain tag.
+type Decider interface {
+	AllowN(now time.Time, tag []byte, n int) bucket.Verdict
+}
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultMaxConns          = 1024
+	DefaultRefuseStatus      = http.StatusForbidden
+	DefaultReadHeaderTimeout = 5 * time.Second
+	DefaultIdleTimeout       = 90 * time.Second
+	DefaultWriteTimeout      = 5 * time.Second
+)
+
+// Limits on a request. maxHeaderBytes is net/http's limit, to which it
+// adds 4 KiB of slack: a longer request line or head gets 431.
+const (
+	maxURI         = 8 << 10
+	maxHeaderBytes = 8 << 10
+)
+
+// Config configures a Server. The zero Config is usable: every zero field
+// takes its default.
+type Config struct {
+	// MaxConns is the most connections served at once; a connection over
+	// it is answered 503 and closed. Default DefaultMaxConns.
+	MaxConns int
+	// RefuseStatus is the status of a refusal: 403 (the default) or 429.
+	RefuseStatus int
+	// ReadHeaderTimeout closes a connection whose request head takes
+	// longer to arrive; IdleTimeout one that sends no request for that
+	// long; WriteTimeout one whose answer cannot be written in time.
+	ReadHeaderTimeout, IdleTimeout, WriteTimeout time.Duration
+	// Clock gives the time every decision is taken at; nil is time.Now.
+	Clock func() time.Time
+	// Logger receives connection-limit warnings (at most one a second)
+	// and net/http's own errors (at debug level); never a line per
+	// request. Nil discards.
+	Logger *slog.Logger
+}
+
+// Stats are a Server's counters since New.
+type Stats struct {
+	Allowed  uint64 // requests served (2xx), dry runs included
+	Refused  uint64 // requests refused (the refusal status)
+	DryRun   uint64 // of Allowed, those a dry-run policy would have refused
+	Bad      uint64 // requests answered 4xx for their form (400, 404, 405, 414)
+	Active   uint64 // connections open now
+	Accepted uint64 // connections taken into service
+	Rejected uint64 // connections answered 503 because MaxConns were open
+}
+
+// Server is the HTTP decision endpoint. Create it with New, serve
+// listeners with Serve, stop it with Shutdown. It is safe for concurrent
+// use.
+type Server struct {
+	decide  Decider
+	now     func() time.Time
+	log     *slog.Logger
+	max     int64
+	refuse  atomic.Int64
+	srv     *http.Server
+	bufs    sync.Pool // *[]byte, for the tag and the header values
+	lastLog atomic.Int64
+
+	allowed, refused, dryRun, bad atomic.Uint64
+	active, accepted, rejected    atomic.Int64
+	refusing                      atomic.Int64 // connections being answered 503
+}
+
+// New returns a Server that decides through d. It serves nothing until
+// Serve.
+func New(d Decider, cfg Config) *Server {
+	s := &Server{decide: d, now: cfg.Clock, log: cfg.Logger, max: int64(cfg.MaxConns)}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.max <= 0 {
+		s.max = DefaultMaxConns
+	}
+	s.SetRefuseStatus(cfg.RefuseStatus)
+	s.bufs.New = func() any { b := make([]byte, 0, 256); return &b }
+	s.srv = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: or(cfg.ReadHeaderTimeout, DefaultReadHeaderTimeout),
+		IdleTimeout:       or(cfg.IdleTimeout, DefaultIdleTimeout),
+		WriteTimeout:      or(cfg.WriteTimeout, DefaultWriteTimeout),
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	return s
+}
+
+func or(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// SetRefuseStatus sets the status of a refusal: 429, or 403 for anything
+// else (0 included).
+func (s *Server) SetRefuseStatus(code int) {
+	if code != http.StatusTooManyRequests {
+		code = DefaultRefuseStatus
+	}
+	s.refuse.Store(int64(code))
+}
+
+// Serve answers requests on l until Shutdown, and returns nil then; any
+// other error from l is returned. Serve may be called for several
+// listeners. l is closed when Serve returns.
+func (s *Server) Serve(l net.Listener) error {
+	err := s.srv.Serve(&limitListener{Listener: l, s: s})
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting, closes the listeners, and waits for the
+// requests being answered, until ctx ends; idle keep-alive connections
+// are closed at once. Safe to call twice.
+func (s *Server) Shutdown(ctx context.Context) error {
+	return s.srv.Shutdown(ctx)
+}
+
+// Stats returns the counters.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Allowed: s.allowed.Load(), Refused: s.refused.Load(), DryRun: s.dryRun.Load(), Bad: s.bad.Load(),
+		Active: uint64(s.active.Load()), Accepted: uint64(s.accepted.Load()), Rejected: uint64(s.rejected.Load()),
+	}
+}
+
+// Shared header values, never modified.
+var (
+	textPlain = []string{"text/plain; charset=utf-8"}
+	noStore   = []string{"no-store"}
+	length3   = []string{"3"}
+	getHead   = []string{"GET, HEAD"}
+	dryServed = []string{"served"}
+	dryRefuse = []string{"refused"}
+)
+
+// ServeHTTP answers one request to the endpoint.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h["Cache-Control"] = noStore
+	switch {
+	case r.URL.Path != "/v1/allow":
+		s.fail(w, http.StatusNotFound, "not found: the endpoint is GET /v1/allow?tag=")
+		return
+	case r.Method != http.MethodGet && r.Method != http.MethodHead:
+		h["Allow"] = getHead
+		s.fail(w, http.StatusMethodNotAllowed, "method not allowed: GET or HEAD")
+		return
+	case len(r.RequestURI) > maxURI:
+		s.fail(w, http.StatusRequestURITooLong, "URI too long: at most 8 KiB")
+		return
+	}
+	bp := s.bufs.Get().(*[]byte)
+	defer s.bufs.Put(bp)
+	tag, cost, err := parseQuery(r.URL.RawQuery, *bp)
+	if err != nil {
+		s.fail(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	v := s.decide.AllowN(s.now(), tag, cost)
+	status := http.StatusOK
+	if !v.Allowed {
+		status = int(s.refuse.Load())
+	}
+	b := tag[len(tag):] // header values go after the tag in the same buffer
+	if v.Policy.Action == bucket.Limit && v.Policy.Name != "" {
+		n := len(b)
+		b = appendPolicy(b, v.Policy)
+		h[hdrPolicy] = []string{string(b[n:])}
+		n = len(b)
+		b = appendRateLimit(b, v)
+		h[hdrRateLimit] = []string{string(b[n:])}
+		if !v.Allowed && v.Wait < time.Duration(1<<63-1) {
+			h[hdrRetryAfter] = []string{strconv.FormatInt(max(ceilDuration(v.Wait), 1), 10)}
+		}
+	}
+	if v.Policy.DryRun {
+		h[hdrDryRun] = dryServed
+		if v.WouldRefuse {
+			h[hdrDryRun] = dryRefuse
+			s.dryRun.Add(1)
+		}
+	}
+	*bp = b[:0]
+	h["Content-Type"] = textPlain
+	h["Content-Length"] = length3
+	w.WriteHeader(status)
+	if v.Allowed {
+		s.allowed.Add(1)
+		if r.Method == http.MethodGet {
+			w.Write(okBody)
+		}
+		return
+	}
+	s.refused.Add(1)
+	if r.Method == http.MethodGet {
+		w.Write(noBody)
+	}
+}
+
+var okBody, noBody = []byte("OK\n"), []byte("NO\n")
+
+// fail answers a request the endpoint cannot decide, with a reason.
+func (s *Server) fail(w http.ResponseWriter, code int, msg string) {
+	s.bad.Add(1)
+	h := w.Header()
+	h["Content-Type"] = textPlain
+	w.WriteHeader(code)
+	w.Write([]byte(msg + "\n"))
+}
