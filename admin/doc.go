@@ -2,9 +2,11 @@
 // metrics, a health check, the gossip peers view, counters as JSON, and the
 // state of one tag, which it can also forget.
 //
-// It knows nothing of the tag table, the query server or gossip: it reads
-// the daemon through the functions in Sources, and cmd/dthrottled adapts
-// those packages to them.
+// It reads the daemon through the functions in Sources, which hand it the
+// counters in the types of the packages that keep them (bucket, protocol,
+// gossip, httpapi, state); it builds the JSON documents of package api and
+// the metrics from those, once. It never serves request traffic: the HTTP
+// decision endpoint is package httpapi, on a listener of its own.
 //
 // # Endpoints
 //

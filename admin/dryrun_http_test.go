@@ -4,16 +4,18 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/httpapi"
 	dto "github.com/prometheus/client_model/go"
 )
 
 func TestMetricsDryRunAndHTTP(t *testing.T) {
 	f := newFake()
-	f.snap.Policies = []PolicyCounts{
-		{Name: "default", Action: "limit", OK: 60, NO: 8},
-		{Name: "try", Action: "limit", OK: 30, DryRun: true, DryRunRefused: 12},
+	f.snap.Policies = []bucket.PolicyStats{
+		{Policy: bucket.Policy{Name: "default"}, OK: 60, NO: 8},
+		{Policy: bucket.Policy{Name: "try", DryRun: true}, OK: 30, DryRunRefused: 12},
 	}
-	f.snap.HTTP = HTTP{Enabled: true, Allowed: 40, Refused: 5, Bad: 3, Active: 2, Accepted: 9, Rejected: 1}
+	f.snap.HTTP = &httpapi.Stats{Allowed: 40, Refused: 5, Bad: 3, Active: 2, Accepted: 9, Rejected: 1}
 	fams := scrape(t, handler(t, f.sources()))
 	const counter, gauge = dto.MetricType_COUNTER, dto.MetricType_GAUGE
 	for _, s := range []sample{
@@ -30,7 +32,7 @@ func TestMetricsDryRunAndHTTP(t *testing.T) {
 			t.Errorf("%s{%s} = %v, want %v", s.name, s.labels, got, s.value)
 		}
 	}
-	f.snap.HTTP = HTTP{}
+	f.snap.HTTP = nil
 	for name := range scrape(t, handler(t, f.sources())) {
 		if strings.HasPrefix(name, "dthrottle_http_") {
 			t.Errorf("%s served with the HTTP endpoint off", name)

@@ -11,6 +11,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/protocol"
 )
 
 // t0 is the fake clock's instant in tests that use newServer.
@@ -20,31 +24,33 @@ var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 // NO over two policies (and so 0 empty tags), gossip on with two peers.
 func fakeSnapshot() Snapshot {
 	return Snapshot{
-		Version:     "1.2.3",
-		Started:     t0.Add(-12300 * time.Millisecond),
-		Tags:        1234,
-		Evictions:   5,
-		EvictedHits: 7,
-		Connections: Connections{Active: 3, Accepted: 10, Rejected: 1},
-		Queries:     Queries{Total: 100, LineTooLong: 2},
-		Policies: []PolicyCounts{
-			{Name: "default", Action: "limit", OK: 60, NO: 8},
-			{Name: "login", Action: "limit", OK: 30, NO: 2},
+		Version: "1.2.3",
+		Started: t0.Add(-12300 * time.Millisecond),
+		Table:   bucket.Stats{Tags: 1234, Evictions: 5, EvictedHits: 7},
+		Server:  protocol.Stats{Active: 3, Accepted: 10, Rejected: 1, Queries: 100, LineTooLong: 2},
+		Policies: []bucket.PolicyStats{
+			{Policy: bucket.Policy{Name: "default"}, OK: 60, NO: 8},
+			{Policy: bucket.Policy{Name: "login"}, OK: 30, NO: 2},
 		},
-		Gossip: Gossip{
-			Enabled:             true,
-			Node:                0x9f86d081884c7d65,
-			PacketsSent:         11,
-			BytesSent:           1100,
-			PacketsReceived:     22,
-			BytesReceived:       2200,
-			Dropped:             Dropped{Auth: 3, Malformed: 4, Version: 5, Duplicate: 6, Stale: 14},
-			Own:                 8,
-			Lost:                9,
-			FingerprintMismatch: 13,
-			Peers:               2,
-			LastReport:          t0.Add(-400 * time.Millisecond),
-			LastReportDuration:  1500 * time.Microsecond,
+		Gossip: &Gossip{
+			Node:  0x9f86d081884c7d65,
+			Peers: 2,
+			Stats: gossip.Stats{
+				PacketsSent:         11,
+				BytesSent:           1100,
+				PacketsReceived:     22,
+				BytesReceived:       2200,
+				DroppedAuth:         3,
+				DroppedMalformed:    4,
+				DroppedVersion:      5,
+				DroppedDuplicate:    6,
+				DroppedStale:        14,
+				Own:                 8,
+				Lost:                9,
+				FingerprintMismatch: 13,
+				LastReport:          t0.Add(-400 * time.Millisecond),
+				LastReportDuration:  1500 * time.Microsecond,
+			},
 		},
 		Reloads:        4,
 		ReloadFailures: 1,
@@ -55,7 +61,7 @@ func fakeSnapshot() Snapshot {
 type fake struct {
 	mu        sync.Mutex
 	snap      Snapshot
-	peers     []Peer
+	peers     []gossip.PeerInfo
 	views     map[string]TagView
 	tagged    []string // tags passed to Tag
 	forgotten []string // tags passed to Forget
@@ -74,7 +80,7 @@ func (f *fake) sources() Sources {
 			defer f.mu.Unlock()
 			return f.snap
 		},
-		Peers: func() []Peer {
+		Peers: func() []gossip.PeerInfo {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			return f.peers

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dthrottle/dthrottle/admin/api"
+	"github.com/dthrottle/dthrottle/gossip"
 )
 
 // The JSON documents are the types of package api, which carry the wire
@@ -16,7 +17,7 @@ import (
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	snap := s.src.Snapshot()
 	h := api.Health{Status: "ok"}
-	if g := snap.Gossip; g.Enabled {
+	if g := snap.Gossip; g != nil {
 		h.Peers = g.Peers
 		if !g.LastReport.IsZero() {
 			since := max(0, s.now().Sub(g.LastReport).Seconds())
@@ -27,7 +28,7 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) peers(w http.ResponseWriter, r *http.Request) {
-	var peers []Peer
+	var peers []gossip.PeerInfo
 	if s.src.Peers != nil {
 		peers = s.src.Peers()
 	}
@@ -56,20 +57,20 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	if !snap.Started.IsZero() {
 		out.UptimeSeconds = max(0, s.now().Sub(snap.Started).Seconds())
 	}
-	out.Tags = snap.Tags
-	out.Evictions = snap.Evictions
-	out.EvictedHits = snap.EvictedHits
-	out.Connections = api.Connections{Active: snap.Connections.Active, Accepted: snap.Connections.Accepted,
-		Rejected: snap.Connections.Rejected}
-	out.Queries.Total = snap.Queries.Total
-	out.Queries.LineTooLong = snap.Queries.LineTooLong
+	out.Tags = snap.Table.Tags
+	out.Evictions = snap.Table.Evictions
+	out.EvictedHits = snap.Table.EvictedHits
+	out.Connections = api.Connections{Active: snap.Server.Active, Accepted: snap.Server.Accepted,
+		Rejected: snap.Server.Rejected}
+	out.Queries.Total = snap.Server.Queries
+	out.Queries.LineTooLong = snap.Server.LineTooLong
 	out.Policies = make([]api.Policy, len(snap.Policies))
 	for i, p := range snap.Policies {
-		out.Policies[i] = api.Policy{Name: p.Name, Action: p.Action, OK: p.OK, NO: p.NO, DryRun: p.DryRun, DryRunRefused: p.DryRunRefused}
+		out.Policies[i] = api.Policy{Name: p.Name, Action: p.Action.String(), OK: p.OK, NO: p.NO, DryRun: p.DryRun, DryRunRefused: p.DryRunRefused}
 		out.Queries.OK += p.OK
 		out.Queries.NO += p.NO
 	}
-	if g := snap.Gossip; g.Enabled {
+	if g := snap.Gossip; g != nil {
 		out.Gossip = api.Gossip{
 			Enabled:             true,
 			Node:                nodeHex(g.Node),
@@ -81,10 +82,23 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 			FingerprintMismatch: g.FingerprintMismatch,
 			Peers:               g.Peers,
 		}
-		out.Gossip.Dropped = api.Dropped{Auth: g.Dropped.Auth, Malformed: g.Dropped.Malformed,
-			Version: g.Dropped.Version, Duplicate: g.Dropped.Duplicate, Stale: g.Dropped.Stale}
+		out.Gossip.Dropped = api.Dropped{Auth: g.DroppedAuth, Malformed: g.DroppedMalformed,
+			Version: g.DroppedVersion, Duplicate: g.DroppedDuplicate, Stale: g.DroppedStale}
+		w := g.Warm
+		out.Gossip.Warm = api.Warm{Warming: w.Warming, Warm: w.Warm, Seconds: w.WarmDuration.Seconds(),
+			RequestsSent: w.RequestsSent, RequestsReceived: w.RequestsReceived, RequestsRefused: w.RequestsRefused,
+			AnswersSent: w.AnswersSent, AnswerBytesSent: w.AnswerBytesSent, TagsSent: w.TagsSent,
+			AnswersReceived: w.AnswersReceived, AnswerBytesReceived: w.AnswerBytesRecv, TagsReceived: w.TagsReceived,
+			TagsAdopted: w.TagsAdopted, PeersAnswered: w.PeersAnswered,
+			DroppedUnasked: w.DroppedUnasked, DroppedDuplicate: w.DroppedDuplicate}
 	}
-	if h := snap.HTTP; h.Enabled {
+	if st := snap.State; st != nil {
+		out.State = &api.State{Loaded: st.Loaded, Ignored: st.Ignored, Saved: st.Saved, SaveFailure: st.SaveFailure,
+			LoadTags: st.Load.Tags, LoadAdopted: st.Load.Adopted, LoadBytes: st.Load.Bytes,
+			LoadSeconds: st.Load.Duration.Seconds(), LoadAgeSeconds: st.Load.Age.Seconds(),
+			SaveTags: st.Save.Tags, SaveBytes: st.Save.Bytes, SaveSeconds: st.Save.Duration.Seconds()}
+	}
+	if h := snap.HTTP; h != nil {
 		out.HTTP = &api.HTTP{Allowed: h.Allowed, Refused: h.Refused, Bad: h.Bad, Active: h.Active,
 			Accepted: h.Accepted, Rejected: h.Rejected}
 	}

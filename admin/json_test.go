@@ -5,6 +5,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/protocol"
 )
 
 // checkJSON fails unless the response is status with exactly body (and a
@@ -32,7 +35,7 @@ func TestHealthz(t *testing.T) {
 	res, body = do(t, h, http.MethodGet, "/healthz")
 	checkJSON(t, res, body, 200, `{"status":"ok","peers":2}`)
 
-	f.snap.Gossip = Gossip{Peers: 5, LastReport: t0} // ignored: gossip off
+	f.snap.Gossip = nil // gossip off
 	res, body = do(t, h, http.MethodGet, "/healthz")
 	checkJSON(t, res, body, 200, `{"status":"ok","peers":0}`)
 }
@@ -46,17 +49,23 @@ func TestStats(t *testing.T) {
 		`"queries":{"total":100,"ok":90,"no":10,"line_too_long":2},`+
 		`"policies":[{"name":"default","action":"limit","ok":60,"no":8},{"name":"login","action":"limit","ok":30,"no":2}],`+
 		`"gossip":{"enabled":true,"node":"9f86d081884c7d65","packets_sent":11,"bytes_sent":1100,"packets_received":22,"bytes_received":2200,`+
-		`"dropped":{"auth":3,"malformed":4,"version":5,"duplicate":6,"stale":14},"lost":9,"fingerprint_mismatch":13,"peers":2}}`)
+		`"dropped":{"auth":3,"malformed":4,"version":5,"duplicate":6,"stale":14},"lost":9,"fingerprint_mismatch":13,"peers":2,`+warmZero+`}}`)
 
 	// Gossip off, no policies, empty tags only: the same shape, zeroed.
-	f.snap = Snapshot{Version: "dev", Queries: Queries{Total: 4}, Gossip: Gossip{Node: 1, Peers: 3}}
+	f.snap = Snapshot{Version: "dev", Server: protocol.Stats{Queries: 4}}
 	res, body = do(t, h, http.MethodGet, "/v1/stats")
 	checkJSON(t, res, body, 200, `{"version":"dev","uptime_seconds":0,"tags":0,"evictions":0,"evicted_hits":0,`+
 		`"connections":{"active":0,"accepted":0,"rejected":0},`+
 		`"queries":{"total":4,"ok":0,"no":0,"line_too_long":0},"policies":[],`+
 		`"gossip":{"enabled":false,"node":"","packets_sent":0,"bytes_sent":0,"packets_received":0,"bytes_received":0,`+
-		`"dropped":{"auth":0,"malformed":0,"version":0,"duplicate":0,"stale":0},"lost":0,"fingerprint_mismatch":0,"peers":0}}`)
+		`"dropped":{"auth":0,"malformed":0,"version":0,"duplicate":0,"stale":0},"lost":0,"fingerprint_mismatch":0,"peers":0,`+warmZero+`}}`)
 }
+
+// warmZero is the gossip.warm object of a node that neither asked nor
+// answered.
+const warmZero = `"warm":{"warming":false,"warm":false,"seconds":0,"requests_sent":0,"requests_received":0,"requests_refused":0,` +
+	`"answers_sent":0,"answer_bytes_sent":0,"tags_sent":0,"answers_received":0,"answer_bytes_received":0,"tags_received":0,` +
+	`"tags_adopted":0,"peers_answered":0,"dropped_unasked":0,"dropped_duplicate":0}`
 
 func TestPeers(t *testing.T) {
 	f := newFake()
@@ -64,7 +73,7 @@ func TestPeers(t *testing.T) {
 	res, body := do(t, h, http.MethodGet, "/v1/peers")
 	checkJSON(t, res, body, 200, `[]`)
 
-	f.peers = []Peer{
+	f.peers = []gossip.PeerInfo{
 		{Node: 0x9f86d081884c7d65, Addr: "10.0.0.2:7777", FirstHeard: t0.Add(-time.Hour), LastHeard: t0.Add(-250 * time.Millisecond),
 			Packets: 123, Hits: 4567, FingerprintMatch: true},
 		{Node: 0x2a, Addr: "10.0.0.3:7777", FirstHeard: t0.In(time.FixedZone("X", 3600)), LastHeard: t0,

@@ -31,6 +31,10 @@ type collector struct {
 	reportDuration, lastReport                             family
 	dryRunRefused                                          family
 	httpRequests, httpConnections, httpRejected            family
+	warmRequests, warmAnswers, warmBytes, warmTags         family
+	warmDropped, warmSeconds                               family
+	stateLoadTags, stateLoadBytes, stateLoadSeconds        family
+	stateLoadAge, stateIgnored                             family
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -77,6 +81,19 @@ func newCollector(snapshot func() Snapshot) *collector {
 		httpRequests:    newFamily("http_requests_total", "Requests to the HTTP decision endpoint, by result: allowed (2xx), refused, bad (4xx for their form).", counter, "result"),
 		httpConnections: newFamily("http_connections", "HTTP decision endpoint connections open.", gauge),
 		httpRejected:    newFamily("http_connections_rejected_total", "HTTP decision endpoint connections answered 503 because its max_conns were open.", counter),
+
+		warmRequests: newFamily("warm_requests_total", "Warm start snapshot requests, by direction: sent (this node asking), received (peers asking), refused (received and not answered: answered before, too many at once).", counter, "direction"),
+		warmAnswers:  newFamily("warm_answer_packets_total", "Warm start answer datagrams, sent to peers that asked and received (merged) from peers.", counter, "direction"),
+		warmBytes:    newFamily("warm_answer_bytes_total", "Bytes of warm start answer datagrams, sent and received.", counter, "direction"),
+		warmTags:     newFamily("warm_tags_total", "Tags in warm start answers, sent, received, and adopted (buckets an answer lowered).", counter, "direction"),
+		warmDropped:  newFamily("warm_answers_dropped_total", "Warm start answer datagrams dropped, by reason: unasked (for another node, or while not warming), duplicate.", counter, "reason"),
+		warmSeconds:  newFamily("warm_duration_seconds", "How long this node's warm start from peers took; present once it is done.", gauge),
+
+		stateLoadTags:    newFamily("state_load_tags", "Tags read back from the state file on start.", gauge),
+		stateLoadBytes:   newFamily("state_load_bytes", "Size of the state file read back on start.", gauge),
+		stateLoadSeconds: newFamily("state_load_duration_seconds", "How long reading the state file back took.", gauge),
+		stateLoadAge:     newFamily("state_load_age_seconds", "How old the state file read back was when the daemon started.", gauge),
+		stateIgnored:     newFamily("state_ignored", "1 when the state file was ignored on start, labelled with why: corrupt, truncated, version, future, stale, oversized, unreadable.", gauge, "reason"),
 	}
 }
 
@@ -91,6 +108,8 @@ func (c *collector) families() []family {
 		c.dropped, c.own, c.lost, c.mismatches, c.peers,
 		c.reportDuration, c.lastReport,
 		c.dryRunRefused, c.httpRequests, c.httpConnections, c.httpRejected,
+		c.warmRequests, c.warmAnswers, c.warmBytes, c.warmTags, c.warmDropped, c.warmSeconds,
+		c.stateLoadTags, c.stateLoadBytes, c.stateLoadSeconds, c.stateLoadAge, c.stateIgnored,
 	}
 }
 
@@ -136,18 +155,29 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	emit(c.queries, float64(total.ok), "ok")
 	emit(c.queries, float64(total.no), "no")
-	emit(c.requests, float64(s.Queries.Total))
-	emit(c.linesTooLong, float64(s.Queries.LineTooLong))
+	emit(c.requests, float64(s.Server.Queries))
+	emit(c.linesTooLong, float64(s.Server.LineTooLong))
 
-	emit(c.tags, float64(s.Tags))
-	emit(c.evictions, float64(s.Evictions))
-	emit(c.evictedHits, float64(s.EvictedHits))
-	emit(c.connections, float64(s.Connections.Active))
-	emit(c.accepted, float64(s.Connections.Accepted))
-	emit(c.rejected, float64(s.Connections.Rejected))
+	emit(c.tags, float64(s.Table.Tags))
+	emit(c.evictions, float64(s.Table.Evictions))
+	emit(c.evictedHits, float64(s.Table.EvictedHits))
+	emit(c.connections, float64(s.Server.Active))
+	emit(c.accepted, float64(s.Server.Accepted))
+	emit(c.rejected, float64(s.Server.Rejected))
 	emit(c.reloads, float64(s.Reloads))
 	emit(c.reloadFailures, float64(s.ReloadFailures))
-	if h := s.HTTP; h.Enabled {
+	if st := s.State; st != nil {
+		if st.Loaded {
+			emit(c.stateLoadTags, float64(st.Load.Tags))
+			emit(c.stateLoadBytes, float64(st.Load.Bytes))
+			emit(c.stateLoadSeconds, st.Load.Duration.Seconds())
+			emit(c.stateLoadAge, st.Load.Age.Seconds())
+		}
+		if st.Ignored != "" {
+			emit(c.stateIgnored, 1, label(st.Ignored))
+		}
+	}
+	if h := s.HTTP; h != nil {
 		emit(c.httpRequests, float64(h.Allowed), "allowed")
 		emit(c.httpRequests, float64(h.Refused), "refused")
 		emit(c.httpRequests, float64(h.Bad), "bad")
@@ -156,18 +186,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	g := s.Gossip
-	if !g.Enabled {
+	if g == nil {
 		return
 	}
 	emit(c.packetsSent, float64(g.PacketsSent))
 	emit(c.bytesSent, float64(g.BytesSent))
 	emit(c.packetsReceived, float64(g.PacketsReceived))
 	emit(c.bytesReceived, float64(g.BytesReceived))
-	emit(c.dropped, float64(g.Dropped.Auth), "auth")
-	emit(c.dropped, float64(g.Dropped.Malformed), "malformed")
-	emit(c.dropped, float64(g.Dropped.Version), "version")
-	emit(c.dropped, float64(g.Dropped.Duplicate), "duplicate")
-	emit(c.dropped, float64(g.Dropped.Stale), "stale")
+	emit(c.dropped, float64(g.DroppedAuth), "auth")
+	emit(c.dropped, float64(g.DroppedMalformed), "malformed")
+	emit(c.dropped, float64(g.DroppedVersion), "version")
+	emit(c.dropped, float64(g.DroppedDuplicate), "duplicate")
+	emit(c.dropped, float64(g.DroppedStale), "stale")
 	emit(c.own, float64(g.Own))
 	emit(c.lost, float64(g.Lost))
 	emit(c.mismatches, float64(g.FingerprintMismatch))
@@ -175,6 +205,22 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if !g.LastReport.IsZero() {
 		emit(c.reportDuration, g.LastReportDuration.Seconds())
 		emit(c.lastReport, seconds(g.LastReport.UnixNano()))
+	}
+	w := g.Warm
+	emit(c.warmRequests, float64(w.RequestsSent), "sent")
+	emit(c.warmRequests, float64(w.RequestsReceived), "received")
+	emit(c.warmRequests, float64(w.RequestsRefused), "refused")
+	emit(c.warmAnswers, float64(w.AnswersSent), "sent")
+	emit(c.warmAnswers, float64(w.AnswersReceived), "received")
+	emit(c.warmBytes, float64(w.AnswerBytesSent), "sent")
+	emit(c.warmBytes, float64(w.AnswerBytesRecv), "received")
+	emit(c.warmTags, float64(w.TagsSent), "sent")
+	emit(c.warmTags, float64(w.TagsReceived), "received")
+	emit(c.warmTags, float64(w.TagsAdopted), "adopted")
+	emit(c.warmDropped, float64(w.DroppedUnasked), "unasked")
+	emit(c.warmDropped, float64(w.DroppedDuplicate), "duplicate")
+	if w.Warm {
+		emit(c.warmSeconds, w.WarmDuration.Seconds())
 	}
 }
 

@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/state"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -127,7 +131,7 @@ func TestMetricsValues(t *testing.T) {
 
 func TestMetricsGossipOff(t *testing.T) {
 	f := newFake()
-	f.snap.Gossip = Gossip{}
+	f.snap.Gossip = nil
 	fams := scrape(t, handler(t, f.sources()))
 	for name := range fams {
 		if strings.HasPrefix(name, "dthrottle_gossip_") {
@@ -157,10 +161,10 @@ func TestMetricsBeforeFirstReport(t *testing.T) {
 // series, and a label value must be UTF-8.
 func TestMetricsPolicyNames(t *testing.T) {
 	f := newFake()
-	f.snap.Policies = []PolicyCounts{
-		{Name: "default", Action: "limit", OK: 1, NO: 2},
-		{Name: "default", Action: "deny", OK: 0, NO: 5},
-		{Name: "bad\xff", Action: "allow", OK: 7},
+	f.snap.Policies = []bucket.PolicyStats{
+		{Policy: bucket.Policy{Name: "default"}, OK: 1, NO: 2},
+		{Policy: bucket.Policy{Name: "default", Action: bucket.Deny}, OK: 0, NO: 5},
+		{Policy: bucket.Policy{Name: "bad\xff", Action: bucket.Allow}, OK: 7},
 	}
 	f.snap.Version = "v\xfe"
 	fams := scrape(t, handler(t, f.sources()))
@@ -184,7 +188,12 @@ func TestMetricsPolicyNames(t *testing.T) {
 func TestMetricsLint(t *testing.T) {
 	for _, gossip := range []bool{true, false} {
 		f := newFake()
-		f.snap.Gossip.Enabled = gossip
+		if gossip {
+			f.snap.Gossip.Warm = warmSample
+			f.snap.State = &stateSample
+		} else {
+			f.snap.Gossip = nil
+		}
 		reg := prometheus.NewPedanticRegistry()
 		reg.MustRegister(newCollector(f.sources().Snapshot))
 		problems, err := testutil.GatherAndLint(reg)
@@ -194,5 +203,53 @@ func TestMetricsLint(t *testing.T) {
 		for _, p := range problems {
 			t.Errorf("gossip %v: %s: %s", gossip, p.Metric, p.Text)
 		}
+	}
+}
+
+var (
+	warmSample = gossip.WarmStats{RequestsSent: 1, RequestsReceived: 3, RequestsRefused: 1, AnswersSent: 20,
+		AnswerBytesSent: 28000, TagsSent: 1500, AnswersReceived: 12, AnswerBytesRecv: 16800, TagsReceived: 900,
+		TagsAdopted: 700, DroppedUnasked: 2, DroppedDuplicate: 1, PeersAnswered: 2, Warm: true,
+		WarmDuration: 1500 * time.Millisecond}
+	stateSample = state.Stats{Loaded: true, Load: state.Info{Tags: 1000, Adopted: 900, Bytes: 21000,
+		Duration: 2 * time.Millisecond, Age: 90 * time.Second}}
+)
+
+// The warm start and the state file have their metrics; an ignored file
+// says why.
+func TestMetricsWarmAndState(t *testing.T) {
+	f := newFake()
+	f.snap.Gossip.Warm = warmSample
+	f.snap.State = &stateSample
+	fams := scrape(t, handler(t, f.sources()))
+	const counter, gauge = dto.MetricType_COUNTER, dto.MetricType_GAUGE
+	for _, s := range []sample{
+		{"dthrottle_warm_requests_total", "direction=sent", counter, 1},
+		{"dthrottle_warm_requests_total", "direction=received", counter, 3},
+		{"dthrottle_warm_requests_total", "direction=refused", counter, 1},
+		{"dthrottle_warm_answer_packets_total", "direction=sent", counter, 20},
+		{"dthrottle_warm_answer_packets_total", "direction=received", counter, 12},
+		{"dthrottle_warm_answer_bytes_total", "direction=received", counter, 16800},
+		{"dthrottle_warm_tags_total", "direction=adopted", counter, 700},
+		{"dthrottle_warm_answers_dropped_total", "reason=unasked", counter, 2},
+		{"dthrottle_warm_duration_seconds", "", gauge, 1.5},
+		{"dthrottle_state_load_tags", "", gauge, 1000},
+		{"dthrottle_state_load_bytes", "", gauge, 21000},
+		{"dthrottle_state_load_age_seconds", "", gauge, 90},
+	} {
+		if got := value(t, fams, s); got != s.value {
+			t.Errorf("%s{%s} = %v, want %v", s.name, s.labels, got, s.value)
+		}
+	}
+	if _, ok := fams["dthrottle_state_ignored"]; ok {
+		t.Error("dthrottle_state_ignored served for a file read back")
+	}
+	f.snap.State = &state.Stats{Ignored: "stale"}
+	fams = scrape(t, handler(t, f.sources()))
+	if got := value(t, fams, sample{"dthrottle_state_ignored", "reason=stale", gauge, 1}); got != 1 {
+		t.Errorf("dthrottle_state_ignored{reason=stale} = %v, want 1", got)
+	}
+	if _, ok := fams["dthrottle_state_load_tags"]; ok {
+		t.Error("dthrottle_state_load_tags served for an ignored file")
 	}
 }

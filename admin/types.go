@@ -3,6 +3,12 @@ package admin
 import (
 	"log/slog"
 	"time"
+
+	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/httpapi"
+	"github.com/dthrottle/dthrottle/protocol"
+	"github.com/dthrottle/dthrottle/state"
 )
 
 // Config configures a Server. The zero Config is not usable: Addr is
@@ -22,8 +28,7 @@ type Config struct {
 	Pprof bool
 }
 
-// Sources are the functions a Server reads the daemon through, so that this
-// package knows nothing of the tag table, the query server or gossip. They
+// Sources are the functions a Server reads the daemon through. They
 // are called from request goroutines, concurrently with each other and with
 // themselves, so they must be safe for concurrent use. The zero Sources is
 // not usable: Snapshot, Tag and Forget are required.
@@ -33,7 +38,7 @@ type Sources struct {
 	Snapshot func() Snapshot
 	// Peers returns the gossip peers table. Nil (or a nil result) when
 	// gossip is off: /v1/peers then serves an empty array.
-	Peers func() []Peer
+	Peers func() []gossip.PeerInfo
 	// Tag returns the state of one tag, given as a client sends it (the
 	// adapter maps it to the table's key). An untracked tag is a full bucket
 	// of its policy: Tracked false and Tokens equal to Burst.
@@ -43,110 +48,35 @@ type Sources struct {
 	Forget func(tag string) bool
 }
 
-// Snapshot is the daemon's counters at an instant. Counters (uint64) count
-// over the process's life; the zero Snapshot is valid and reads as a daemon
-// that has done nothing, with gossip off. Snapshot and the types it holds
-// are plain values, safe to copy and to read from several goroutines.
+// Snapshot is the daemon's counters at an instant, in the types of the
+// packages that count them: this package builds the JSON documents and the
+// metrics from them, once. Counters count over the process's life; the
+// zero Snapshot is valid and reads as a daemon that has done nothing, with
+// gossip, the HTTP endpoint and the state file off. Snapshot and the
+// values it holds are plain values, safe to copy and to read from several
+// goroutines; the pointers are never written through.
 type Snapshot struct {
-	Version     string    // the daemon's version, for dthrottle_build_info
-	Started     time.Time // when the process started
-	Tags        int       // tags tracked now
-	Evictions   uint64    // tags evicted by the max_tags cap
-	EvictedHits uint64    // unreported hits lost with evicted tags
-	Connections Connections
-	Queries     Queries
+	Version string         // the daemon's version, for dthrottle_build_info
+	Started time.Time      // when the process started
+	Table   bucket.Stats   // tags tracked, evictions
+	Server  protocol.Stats // the query socket's connections and requests
 	// Policies are the current policies, the default first, with the
 	// queries each answered. A query with an empty tag is answered OK
 	// without a policy, so the sums over Policies may fall short of
-	// Queries.Total.
-	Policies       []PolicyCounts
-	Gossip         Gossip
-	HTTP           HTTP   // the HTTP decision endpoint
-	Reloads        uint64 // configuration reloads applied
-	ReloadFailures uint64 // reloads rejected (the running config kept)
+	// Server.Queries.
+	Policies       []bucket.PolicyStats
+	Gossip         *Gossip        // nil when gossip is off
+	HTTP           *httpapi.Stats // the HTTP decision endpoint; nil when off
+	State          *state.Stats   // the state file; nil when off
+	Reloads        uint64         // configuration reloads applied
+	ReloadFailures uint64         // reloads rejected (the running config kept)
 }
 
-// Connections counts the query server's connections. The zero value
-// counts none.
-type Connections struct {
-	Active   uint64 // being served now
-	Accepted uint64 // taken into service
-	Rejected uint64 // closed on arrival because max_conns were being served
-}
-
-// Queries counts the query server's requests. The zero value counts
-// none.
-type Queries struct {
-	Total       uint64 // requests answered, empty tags included
-	LineTooLong uint64 // connections closed for a line over the hard cap
-}
-
-// PolicyCounts is one policy and the queries it answered. The zero value
-// is an unnamed policy that answered nothing.
-type PolicyCounts struct {
-	Name   string // as configured; "default" for the [limit] policy
-	Action string // "limit", "allow" or "deny"
-	OK, NO uint64 // queries answered OK and NO under this policy
-	DryRun bool   // the policy serves what its limit refuses
-	// DryRunRefused counts, of OK, the queries the limit would have
-	// refused.
-	DryRunRefused uint64
-}
-
-// HTTP is the HTTP decision endpoint's counters. All but Enabled are
-// ignored when Enabled is false, so the zero value is the endpoint off.
-type HTTP struct {
-	Enabled  bool
-	Allowed  uint64 // requests answered 2xx, dry runs included
-	Refused  uint64 // requests answered the refusal status
-	Bad      uint64 // requests answered 4xx for their form
-	Active   uint64 // connections open now
-	Accepted uint64 // connections taken into service
-	Rejected uint64 // connections answered 503 because max_conns were open
-}
-
-// Gossip is the gossip node's counters. All but Enabled are ignored when
-// Enabled is false, so the zero value is gossip off.
+// Gossip is the gossip node's counters and who it is.
 type Gossip struct {
-	Enabled         bool
-	Node            uint64 // this node's id, shown as 16 hex digits
-	PacketsSent     uint64
-	BytesSent       uint64
-	PacketsReceived uint64 // datagrams accepted
-	BytesReceived   uint64 // bytes of datagrams accepted
-	Dropped         Dropped
-	Own             uint64 // this node's own datagrams heard back, ignored
-	Lost            uint64 // datagrams missing from peers' sequence numbers
-	// FingerprintMismatch counts datagrams from peers whose policies differ.
-	FingerprintMismatch uint64
-	Peers               int           // peers heard and not silent
-	LastReport          time.Time     // when the last report was sent; zero before the first
-	LastReportDuration  time.Duration // how long the last report took to send
-}
-
-// Dropped counts received datagrams dropped, by reason. The zero value
-// counts none.
-type Dropped struct {
-	Auth      uint64 // no valid MAC while a secret is configured
-	Malformed uint64
-	Version   uint64 // another format version
-	Duplicate uint64 // seen before, or too old to tell
-	Stale     uint64 // sent before this process started, or too long ago
-}
-
-// Peer is what the gossip node knows of one peer. It is a plain value,
-// safe to copy; the zero Peer is node 0, never heard.
-type Peer struct {
-	Node             uint64 // the peer's node id, shown as 16 hex digits
-	Addr             string // where its last datagram came from
-	FirstHeard       time.Time
-	LastHeard        time.Time
-	Packets          uint64 // datagrams accepted from it
-	Hits             uint64 // hits applied from it
-	Lost             uint64 // datagrams missing from its sequence
-	Duplicates       uint64 // datagrams seen twice, or too old to tell
-	FingerprintMatch bool   // its policies are the same as ours
-	Silent           bool   // not heard for the silence timeout
+	Node  uint64 // this node's id, shown as 16 hex digits
+	Peers int    // peers heard and not silent
+	gossip.Stats
 }
 
 // TagView is the state of one tag at an instant. The zero TagView is an

@@ -20,6 +20,18 @@ type Info struct {
 	Age      time.Duration // Load: how long before now the file was saved
 }
 
+// Stats are what a daemon's state file did in one process: the load on
+// start and the save on a clean stop. The zero Stats is a file neither
+// read nor written.
+type Stats struct {
+	Loaded      bool   // a file was read back into the table
+	Ignored     string // why a file was ignored ("corrupt", "stale", ...), "" if not
+	Load        Info
+	Saved       bool
+	Save        Info
+	SaveFailure string
+}
+
 // Save writes the level at now of every tag of t whose bucket is below
 // its burst to path, atomically: into a temporary file in the same
 // directory, synced to disk, renamed over path, then the directory synced.

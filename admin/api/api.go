@@ -64,7 +64,46 @@ type Stats struct {
 	Queries       Queries     `json:"queries"`
 	Policies      []Policy    `json:"policies"`
 	Gossip        Gossip      `json:"gossip"`
-	HTTP          *HTTP       `json:"http,omitempty"` // nil when the HTTP decision endpoint is off
+	HTTP          *HTTP       `json:"http,omitempty"`  // nil when the HTTP decision endpoint is off
+	State         *State      `json:"state,omitempty"` // nil when state.file is off
+}
+
+// State is what the state file did in this process: read back on start,
+// written on a clean stop.
+type State struct {
+	Loaded         bool    `json:"loaded"`
+	Ignored        string  `json:"ignored,omitempty"` // why a file was not read back: corrupt, stale, ...
+	LoadTags       int     `json:"load_tags"`
+	LoadAdopted    int     `json:"load_adopted"` // buckets the file lowered
+	LoadBytes      int64   `json:"load_bytes"`
+	LoadSeconds    float64 `json:"load_seconds"`
+	LoadAgeSeconds float64 `json:"load_age_seconds"` // how long before the start the file was written
+	Saved          bool    `json:"saved"`
+	SaveFailure    string  `json:"save_failure,omitempty"`
+	SaveTags       int     `json:"save_tags"`
+	SaveBytes      int64   `json:"save_bytes"`
+	SaveSeconds    float64 `json:"save_seconds"`
+}
+
+// Warm is the warm start from peers: this node's request and the answers
+// it merged, and the answers it sent to others.
+type Warm struct {
+	Warming             bool    `json:"warming"` // asked, not yet done
+	Warm                bool    `json:"warm"`    // done
+	Seconds             float64 `json:"seconds"` // from the request to done
+	RequestsSent        uint64  `json:"requests_sent"`
+	RequestsReceived    uint64  `json:"requests_received"`
+	RequestsRefused     uint64  `json:"requests_refused"`
+	AnswersSent         uint64  `json:"answers_sent"` // datagrams
+	AnswerBytesSent     uint64  `json:"answer_bytes_sent"`
+	TagsSent            uint64  `json:"tags_sent"`
+	AnswersReceived     uint64  `json:"answers_received"` // datagrams merged
+	AnswerBytesReceived uint64  `json:"answer_bytes_received"`
+	TagsReceived        uint64  `json:"tags_received"`
+	TagsAdopted         uint64  `json:"tags_adopted"` // buckets an answer lowered
+	PeersAnswered       uint64  `json:"peers_answered"`
+	DroppedUnasked      uint64  `json:"dropped_unasked"`
+	DroppedDuplicate    uint64  `json:"dropped_duplicate"`
 }
 
 // HTTP counts the HTTP decision endpoint's requests and connections.
@@ -115,6 +154,7 @@ type Gossip struct {
 	Lost                uint64  `json:"lost"`
 	FingerprintMismatch uint64  `json:"fingerprint_mismatch"`
 	Peers               int     `json:"peers"`
+	Warm                Warm    `json:"warm"`
 }
 
 // Dropped counts datagrams dropped, by reason.

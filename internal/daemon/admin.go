@@ -7,6 +7,7 @@ import (
 	"github.com/dthrottle/dthrottle/admin"
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/config"
+	"github.com/dthrottle/dthrottle/gossip"
 )
 
 // startAdmin serves the admin endpoint on cfg.HTTP, when set.
@@ -35,64 +36,46 @@ func (d *Daemon) startAdmin(cfg config.Admin) error {
 
 // snapshot gathers the counters the admin endpoint serves.
 func (d *Daemon) snapshot() admin.Snapshot {
-	ts := d.table.Stats()
-	ss := d.server.Stats()
 	d.mu.Lock()
 	reloads, failures := d.reloads, d.reloadFailures
+	stateOn := d.cfg.State.File != ""
 	d.mu.Unlock()
 	s := admin.Snapshot{
 		Version:        d.version,
 		Started:        d.started,
-		Tags:           ts.Tags,
-		Evictions:      ts.Evictions,
-		EvictedHits:    ts.EvictedHits,
-		Connections:    admin.Connections{Active: ss.Active, Accepted: ss.Accepted, Rejected: ss.Rejected},
-		Queries:        admin.Queries{Total: ss.Queries, LineTooLong: ss.LineTooLong},
+		Table:          d.table.Stats(),
+		Server:         d.server.Stats(),
+		Policies:       d.table.PolicyStats(),
 		Reloads:        reloads,
 		ReloadFailures: failures,
 	}
-	for _, p := range d.table.PolicyStats() {
-		s.Policies = append(s.Policies, admin.PolicyCounts{Name: p.Name, Action: p.Action.String(), OK: p.OK, NO: p.NO,
-			DryRun: p.DryRun, DryRunRefused: p.DryRunRefused})
-	}
 	if d.http != nil {
 		h := d.http.srv.Stats()
-		s.HTTP = admin.HTTP{Enabled: true, Allowed: h.Allowed, Refused: h.Refused, Bad: h.Bad,
-			Active: h.Active, Accepted: h.Accepted, Rejected: h.Rejected}
+		s.HTTP = &h
+	}
+	if stateOn {
+		st := d.StateStats()
+		s.State = &st
 	}
 	if d.gossip != nil {
 		n := d.gossip.node
-		gs := n.Stats()
-		s.Gossip = admin.Gossip{
-			Enabled: true, Node: n.ID(),
-			PacketsSent: gs.PacketsSent, BytesSent: gs.BytesSent,
-			PacketsReceived: gs.PacketsReceived, BytesReceived: gs.BytesReceived,
-			Dropped: admin.Dropped{Auth: gs.DroppedAuth, Malformed: gs.DroppedMalformed,
-				Version: gs.DroppedVersion, Duplicate: gs.DroppedDuplicate, Stale: gs.DroppedStale},
-			Own: gs.Own, Lost: gs.Lost, FingerprintMismatch: gs.FingerprintMismatch,
-			LastReport: gs.LastReport, LastReportDuration: gs.LastReportDuration,
-		}
+		g := &admin.Gossip{Node: n.ID(), Stats: n.Stats()}
 		for _, p := range n.Peers() {
 			if !p.Silent {
-				s.Gossip.Peers++
+				g.Peers++
 			}
 		}
+		s.Gossip = g
 	}
 	return s
 }
 
 // peers is the gossip peers view, nil when gossip is off.
-func (d *Daemon) peers() []admin.Peer {
+func (d *Daemon) peers() []gossip.PeerInfo {
 	if d.gossip == nil {
 		return nil
 	}
-	var out []admin.Peer
-	for _, p := range d.gossip.node.Peers() {
-		out = append(out, admin.Peer{Node: p.Node, Addr: p.Addr, FirstHeard: p.FirstHeard, LastHeard: p.LastHeard,
-			Packets: p.Packets, Hits: p.Hits, Lost: p.Lost, Duplicates: p.Duplicates,
-			FingerprintMatch: p.FingerprintMatch, Silent: p.Silent})
-	}
-	return out
+	return d.gossip.node.Peers()
 }
 
 // tagView is one tag's state now; an untracked tag is a full bucket of the

@@ -59,7 +59,7 @@ func TestHTTPSharesTheTable(t *testing.T) {
 		t.Fatalf("dry run: %q", got)
 	}
 	s := r.snapshot()
-	if !s.HTTP.Enabled || s.HTTP.Allowed != 4 || s.HTTP.Refused != 1 {
+	if s.HTTP == nil || s.HTTP.Allowed != 4 || s.HTTP.Refused != 1 {
 		t.Fatalf("http counters %+v", s.HTTP)
 	}
 	if p := s.Policies[1]; p.Name != "try" || !p.DryRun || p.DryRunRefused != 1 || p.OK != 2 {

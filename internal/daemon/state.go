@@ -15,14 +15,7 @@ import (
 
 // StateStats are what the state file did in this process: the load on
 // start and the save on stop.
-type StateStats struct {
-	Loaded      bool   // a file was read back into the table
-	Ignored     string // why a file was ignored ("corrupt", "stale", ...), "" if not
-	Load        state.Info
-	Saved       bool
-	Save        state.Info
-	SaveFailure string
-}
+type StateStats = state.Stats
 
 // stateLimits bounds the state file a config accepts: no older than the
 // longest burst/rate of its limit policies (a bucket emptied then is full
