@@ -6,7 +6,7 @@
 // theoretical arrival time tat instead of a token count: the bucket is full
 // when tat <= now, and holds burst - (tat-now)/period tokens otherwise, where
 // period is the time to earn one token (1/rate). This is the same bucket as
-// "tokens, last" with refill capped at burst (DESIGN.md §2), but it needs one
+// "tokens, last" with refill capped at burst (docs/design.md, Semantics), but it needs one
 // integer per tag and no arithmetic can round a decision the wrong way.
 //
 // Every operation takes now. Each shard of the table keeps the latest now it

@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -46,7 +45,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *showVersion {
-		fmt.Fprintf(stdout, "dthrottled %s\n", versionString())
+		fmt.Fprintf(stdout, "dthrottled %s\n", daemon.Version(version))
 		return 0
 	}
 	cfg := config.Default()
@@ -78,7 +77,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		var d *daemon.Daemon
 		d, err = daemon.New(daemon.Options{Config: cfg, Path: *path, Listeners: inherited, Logger: log,
-			Level: level, Notifier: notify, WatchdogEvery: notify.watchdogEvery(), Version: versionString()})
+			Level: level, Notifier: notify, WatchdogEvery: notify.watchdogEvery(), Version: daemon.Version(version)})
 		if err == nil {
 			return serve(d, log)
 		}
@@ -120,19 +119,4 @@ func describe(path string) string {
 		return "built-in defaults"
 	}
 	return path
-}
-
-func versionString() string {
-	v := version
-	info, ok := debug.ReadBuildInfo()
-	if v == "" && ok && info.Main.Version != "" {
-		v = info.Main.Version
-	}
-	if v == "" {
-		v = "(devel)"
-	}
-	if ok {
-		v += " " + info.GoVersion
-	}
-	return v
 }

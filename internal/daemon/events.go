@@ -1,5 +1,7 @@
 package daemon
 
+import "runtime/debug"
+
 // Kind says what an Event reports.
 type Kind int
 
@@ -55,3 +57,21 @@ type Event struct {
 
 // event hands e to the OnEvent hook.
 func (d *Daemon) event(e Event) { d.onEvent(e) }
+
+// Version is the version a build reports: set, as with -ldflags "-X
+// main.version=...", or else the module's version, or "(devel)"; then the
+// Go version it was built with.
+func Version(set string) string {
+	v := set
+	info, ok := debug.ReadBuildInfo()
+	if v == "" && ok && info.Main.Version != "" {
+		v = info.Main.Version
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	if ok {
+		v += " " + info.GoVersion
+	}
+	return v
+}
