@@ -45,6 +45,7 @@ func (s *Server) peers(w http.ResponseWriter, r *http.Request) {
 			Duplicates:       p.Duplicates,
 			FingerprintMatch: p.FingerprintMatch,
 			Silent:           p.Silent,
+			Found:            p.Found,
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -84,6 +85,8 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Gossip.Dropped = api.Dropped{Auth: g.DroppedAuth, Malformed: g.DroppedMalformed,
 			Version: g.DroppedVersion, Duplicate: g.DroppedDuplicate, Stale: g.DroppedStale}
+		out.Gossip.Learned, out.Gossip.LearnedTotal = g.Discovery.Learned, g.Discovery.Added
+		out.Gossip.Forgotten, out.Gossip.Refused = g.Discovery.Forgotten, g.Discovery.Refused
 		w := g.Warm
 		out.Gossip.Warm = api.Warm{Warming: w.Warming, Warm: w.Warm, Seconds: w.WarmDuration.Seconds(),
 			RequestsSent: w.RequestsSent, RequestsReceived: w.RequestsReceived, RequestsRefused: w.RequestsRefused,

@@ -65,7 +65,7 @@ func TestStats(t *testing.T) {
 // answered.
 const warmZero = `"warm":{"warming":false,"warm":false,"seconds":0,"requests_sent":0,"requests_received":0,"requests_refused":0,` +
 	`"answers_sent":0,"answer_bytes_sent":0,"tags_sent":0,"answers_received":0,"answer_bytes_received":0,"tags_received":0,` +
-	`"tags_adopted":0,"peers_answered":0,"dropped_unasked":0,"dropped_duplicate":0}`
+	`"tags_adopted":0,"peers_answered":0,"dropped_unasked":0,"dropped_duplicate":0},"learned":0,"learned_total":0,"forgotten":0,"refused":0`
 
 func TestPeers(t *testing.T) {
 	f := newFake()

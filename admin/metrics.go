@@ -33,6 +33,7 @@ type collector struct {
 	httpRequests, httpConnections, httpRejected            family
 	warmRequests, warmAnswers, warmBytes, warmTags         family
 	warmDropped, warmSeconds                               family
+	learned, learnedTotal                                  family
 	stateLoadTags, stateLoadBytes, stateLoadSeconds        family
 	stateLoadAge, stateIgnored                             family
 }
@@ -89,6 +90,9 @@ func newCollector(snapshot func() Snapshot) *collector {
 		warmDropped:  newFamily("warm_answers_dropped_total", "Warm start answer datagrams dropped, by reason: unasked (for another node, or while not warming), duplicate.", counter, "reason"),
 		warmSeconds:  newFamily("warm_duration_seconds", "How long this node's warm start from peers took; present once it is done.", gauge),
 
+		learned:      newFamily("gossip_peers_learned", "Unicast peers learned and sent to now.", gauge),
+		learnedTotal: newFamily("gossip_peers_learned_total", "Unicast peers learned, by event: added, forgotten (silent for the silence timeout), refused (max_peers were learned).", counter, "event"),
+
 		stateLoadTags:    newFamily("state_load_tags", "Tags read back from the state file on start.", gauge),
 		stateLoadBytes:   newFamily("state_load_bytes", "Size of the state file read back on start.", gauge),
 		stateLoadSeconds: newFamily("state_load_duration_seconds", "How long reading the state file back took.", gauge),
@@ -109,6 +113,7 @@ func (c *collector) families() []family {
 		c.reportDuration, c.lastReport,
 		c.dryRunRefused, c.httpRequests, c.httpConnections, c.httpRejected,
 		c.warmRequests, c.warmAnswers, c.warmBytes, c.warmTags, c.warmDropped, c.warmSeconds,
+		c.learned, c.learnedTotal,
 		c.stateLoadTags, c.stateLoadBytes, c.stateLoadSeconds, c.stateLoadAge, c.stateIgnored,
 	}
 }
@@ -206,6 +211,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		emit(c.reportDuration, g.LastReportDuration.Seconds())
 		emit(c.lastReport, seconds(g.LastReport.UnixNano()))
 	}
+	emit(c.learned, float64(g.Discovery.Learned))
+	emit(c.learnedTotal, float64(g.Discovery.Added), "added")
+	emit(c.learnedTotal, float64(g.Discovery.Forgotten), "forgotten")
+	emit(c.learnedTotal, float64(g.Discovery.Refused), "refused")
 	w := g.Warm
 	emit(c.warmRequests, float64(w.RequestsSent), "sent")
 	emit(c.warmRequests, float64(w.RequestsReceived), "received")

@@ -77,6 +77,7 @@ type Gossip struct {
 	Node  uint64 // this node's id, shown as 16 hex digits
 	Peers int    // peers heard and not silent
 	gossip.Stats
+	Discovery gossip.DiscoveryStats // unicast peers learned; zero without unicast peers
 }
 
 // TagView is the state of one tag at an instant. The zero TagView is an

@@ -94,6 +94,7 @@ type Gossip struct {
 	SecretFile string   `toml:"secret_file"` // file holding the HMAC key; "" sends unsigned
 	MaxPacket  int      `toml:"max_packet"`  // largest datagram sent, bytes
 	WarmStart  bool     `toml:"warm_start"`  // on start, ask the peers for their table
+	MaxPeers   int      `toml:"max_peers"`   // unicast peers learned at most; 0 learns none
 }
 
 // Admin configures the HTTP admin endpoint (/metrics, /healthz, /v1/...).
@@ -187,6 +188,7 @@ func Default() Config {
 			SecretFile: "",                               // unsigned reports
 			MaxPacket:  gossip.DefaultMaxPacket,          // fits a 1500-byte Ethernet MTU
 			WarmStart:  true,                             // ask the peers for their table on start
+			MaxPeers:   1000,                             // learn up to a thousand peers (with a secret)
 		},
 		Admin: Admin{
 			HTTP: "", // no admin endpoint

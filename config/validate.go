@@ -30,8 +30,9 @@ const (
 	maxTTL         = 255
 	minMaxPacket   = gossip.MinPacket // every IPv4 host accepts 576-byte datagrams
 	maxMaxPacket   = 65000            // a round figure under gossip.MaxPacket, the UDP payload limit
-	maxUnixPath    = 107              // sun_path holds 108 bytes with the final NUL
-	maxIfName      = 15               // IFNAMSIZ less the final NUL
+	maxMaxPeers    = 100000
+	maxUnixPath    = 107 // sun_path holds 108 bytes with the final NUL
+	maxIfName      = 15  // IFNAMSIZ less the final NUL
 )
 
 // The user-facing bound must lie within the wire format's.
@@ -176,6 +177,9 @@ func (c *Config) validateGossip() *Error {
 		if _, bp, _ := net.SplitHostPort(g.Bind); bp == gp {
 			return bad(key("gossip", "bind"), quote(g.Bind), "must use another port than gossip.group when gossip.peers are set too")
 		}
+	}
+	if e := intRange(key("gossip", "max_peers"), g.MaxPeers, 0, maxMaxPeers); e != nil {
+		return e
 	}
 	return intRange(key("gossip", "max_packet"), g.MaxPacket, minMaxPacket, maxMaxPacket)
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -183,5 +184,24 @@ func TestValidateTooManyPolicies(t *testing.T) {
 	c.Policy = c.Policy[:bucket.MaxPolicies]
 	if err := c.Validate(); err != nil {
 		t.Fatalf("validating %d policies: %v", len(c.Policy), err)
+	}
+}
+
+func TestValidateMaxPeers(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want string
+	}{
+		{0, ""},
+		{100000, ""},
+		{-1, "config: gossip.max_peers = -1: must be between 0 and 100000"},
+		{100001, "config: gossip.max_peers = 100001: must be between 0 and 100000"},
+	} {
+		c := Default()
+		c.Gossip.MaxPeers = tc.n
+		err := c.Validate()
+		if got := fmt.Sprint(err); (tc.want == "" && err != nil) || (tc.want != "" && got != tc.want) {
+			t.Errorf("max_peers %d: %v, want %q", tc.n, err, tc.want)
+		}
 	}
 }

@@ -53,6 +53,10 @@ type Config struct {
 	// SnapshotRate is how many snapshot datagrams a second the node sends
 	// over all the answers under way. Default DefaultSnapshotRate.
 	SnapshotRate float64
+	// Discovery, when set with a Key, learns unicast peers from the
+	// authenticated reports heard and from the peers they list, and the
+	// node advertises the peers it sends to (discovery.go).
+	Discovery Discovery
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -100,6 +104,9 @@ type Node struct {
 	authWarned time.Time // when dropped unsigned reports were last logged
 
 	snap snapState // warm start, snapshot.go
+
+	advertised  uint64 // Discovery's version last advertised; guarded by reportMu
+	sinceAdvert int    // reports since then
 
 	started atomic.Bool
 	kick    chan struct{}      // wakes the running loop to pace snapshots
@@ -215,6 +222,7 @@ func (n *Node) Report(now time.Time) error {
 	n.stats.LastReport = now
 	n.stats.LastReportDuration = time.Since(start)
 	n.mu.Unlock()
+	n.advertise(now)
 	if len(n.hits) > 4096 {
 		n.hits = nil // do not keep a flood's worth of memory
 	}
@@ -265,6 +273,9 @@ func (n *Node) Receive(p Packet) {
 	if msg.Node == n.id {
 		n.stats.Own++
 		n.mu.Unlock()
+		if d := n.cfg.Discovery; d != nil && p.Unicast && key != nil {
+			d.Self(p.From)
+		}
 		return
 	}
 	if msg.Sent.Before(n.cfg.Since) || p.At.Sub(msg.Sent) > 100*n.cfg.SilentAfter {
@@ -316,6 +327,7 @@ func (n *Node) Receive(p Packet) {
 	if msg.Type == MsgHits && len(msg.Hits) > 0 {
 		n.cfg.Apply(p.At, msg.Hits)
 	}
+	n.discover(msg, p, key != nil)
 	if msg.Type == MsgSnapshotRequest {
 		n.receiveRequest(msg, p)
 	}
@@ -488,8 +500,11 @@ func (n *Node) Stop(ctx context.Context) error {
 	return err
 }
 
-// silentAfter is how long a peer may go unheard before it is called
-// silent: three intervals, and at least one second more than one.
+// SilentAfter is how long a peer may go unheard before it is called
+// silent, by default: three intervals, and at least one second more than
+// one.
+func SilentAfter(interval time.Duration) time.Duration { return silentAfter(interval) }
+
 func silentAfter(interval time.Duration) time.Duration {
 	return max(3*interval, interval+time.Second)
 }

@@ -17,6 +17,10 @@ type PeerInfo struct {
 	Duplicates       uint64    `json:"duplicates"` // datagrams seen twice (or too old to tell)
 	FingerprintMatch bool      `json:"fingerprint_match"`
 	Silent           bool      `json:"silent"` // not heard for the silence timeout
+	// Found says how this node came to send to the peer: FoundConfigured,
+	// FoundResolved, FoundLearned or FoundMulticast. The node leaves it
+	// empty; the daemon, which knows the transports, fills it in.
+	Found string `json:"found,omitempty"`
 }
 
 // replayWindow is how many sequence numbers behind the highest one seen a

@@ -18,6 +18,9 @@ type Packet struct {
 	// At is the arrival time: time.Now() on UDP, the due time on a
 	// MemNetwork.
 	At time.Time
+	// Unicast is set when the datagram arrived on a unicast transport's
+	// socket: only then is its source a peer one can learn (see Discovery).
+	Unicast bool
 }
 
 // Transport moves datagrams between peers. Implementations are safe for

@@ -104,6 +104,8 @@ type udpSockets struct {
 	log   *slog.Logger
 	ch    chan Packet
 
+	unicast bool // mark received Packets as Unicast
+
 	ctx    context.Context // canceled by Close; bounds lookups
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // reader and resolver goroutines
@@ -152,9 +154,10 @@ func (u *udpSockets) receive(conn *net.UDPConn) {
 		data := make([]byte, n) // exactly n: the receiver may keep it
 		copy(data, buf)
 		p := Packet{
-			Data: data,
-			From: netip.AddrPortFrom(from.Addr().Unmap(), from.Port()).String(),
-			At:   time.Now(),
+			Data:    data,
+			From:    netip.AddrPortFrom(from.Addr().Unmap(), from.Port()).String(),
+			At:      time.Now(),
+			Unicast: u.unicast,
 		}
 		select {
 		case u.ch <- p:

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,18 +24,19 @@ type UnicastTransport struct {
 	conn  *net.UDPConn
 	dests atomic.Pointer[[]netip.AddrPort] // where Send writes
 
-	resolveMu sync.Mutex // serializes resolve and guards peers
+	resolveMu sync.Mutex // serializes resolve and guards peers and learned
 	peers     []*udpPeer
 	lookup    func(ctx context.Context, host string) ([]netip.Addr, error)
+	learn     learning
 }
 
 // udpPeer is one configured unicast peer and what its name last resolved to.
 type udpPeer struct {
-	spec    string         // "host:port" as configured
-	host    string         // name or IP literal
-	port    uint16         // destination port
-	addr    netip.AddrPort // last good address; invalid until resolved
-	lastErr string         // last lookup error logged; "" when the last lookup worked
+	spec    string           // "host:port" as configured
+	host    string           // name or IP literal
+	port    uint16           // destination port
+	addrs   []netip.AddrPort // last good addresses; none until resolved
+	lastErr string           // last lookup error logged; "" when the last lookup worked
 }
 
 // ListenUnicast opens a UDP socket on cfg.Bind; Send writes to every peer
@@ -71,6 +74,7 @@ func listenUnicast(cfg UnicastConfig, lookup func(ctx context.Context, host stri
 	}
 	conn := pc.(*net.UDPConn)
 	t := &UnicastTransport{udpSockets: newUDPSockets(cfg.Logger, conn), conn: conn, peers: peers, lookup: lookup}
+	t.unicast = true
 	t.dests.Store(&[]netip.AddrPort{})
 	t.resolve()
 	t.start()
@@ -96,14 +100,16 @@ func parsePeer(spec string) (*udpPeer, error) {
 	}
 	p := &udpPeer{spec: spec, host: host, port: uint16(n)}
 	if a, err := netip.ParseAddr(host); err == nil {
-		p.addr = netip.AddrPortFrom(a.Unmap(), p.port)
+		p.addrs = []netip.AddrPort{netip.AddrPortFrom(a.Unmap(), p.port)}
 	}
 	return p, nil
 }
 
 // resolve looks up every peer given by name and publishes the addresses
-// Send uses. A failed lookup keeps the peer's previous address; each new
-// error, recovery or change of address is logged once.
+// Send uses: all of a name's addresses (a headless service, round robin
+// DNS), with the peers learned. A failed lookup keeps the peer's previous
+// addresses; each new error, recovery or change of addresses is logged
+// once.
 func (t *UnicastTransport) resolve() {
 	t.resolveMu.Lock()
 	defer t.resolveMu.Unlock()
@@ -117,58 +123,85 @@ func (t *UnicastTransport) resolve() {
 		if t.ctx.Err() != nil {
 			return // closing
 		}
-		a, ok := pickAddr(addrs)
-		if err == nil && !ok {
+		picked := pickAddrs(addrs)
+		if err == nil && len(picked) == 0 {
 			err = errors.New("no addresses")
 		}
 		if err != nil {
 			if msg := err.Error(); msg != p.lastErr {
 				p.lastErr = msg
-				t.log.Warn("cannot resolve peer, keeping its previous address",
-					"peer", p.spec, "addr", addrString(p.addr), "err", err)
+				t.log.Warn("cannot resolve peer, keeping its previous addresses",
+					"peer", p.spec, "addrs", addrsString(p.addrs), "err", err)
 			}
 			continue
 		}
-		next := netip.AddrPortFrom(a, p.port)
+		next := make([]netip.AddrPort, len(picked))
+		for i, a := range picked {
+			next[i] = netip.AddrPortFrom(a, p.port)
+		}
 		switch {
 		case p.lastErr != "":
-			t.log.Info("peer resolves again", "peer", p.spec, "addr", next.String())
-		case p.addr.IsValid() && p.addr != next:
-			t.log.Info("peer address changed", "peer", p.spec, "old", p.addr.String(), "addr", next.String())
+			t.log.Info("peer resolves again", "peer", p.spec, "addrs", addrsString(next))
+		case len(p.addrs) > 0 && !slices.Equal(p.addrs, next):
+			t.log.Info("peer address changed", "peer", p.spec, "old", addrsString(p.addrs), "addrs", addrsString(next))
 		}
 		p.lastErr = ""
-		p.addr = next
+		p.addrs = next
 	}
-	dests := make([]netip.AddrPort, 0, len(t.peers))
-	seen := make(map[netip.AddrPort]bool, len(t.peers))
+	t.publish()
+}
+
+// publish sets the addresses Send writes to: every configured peer's,
+// then the learned ones. Called with resolveMu held.
+func (t *UnicastTransport) publish() {
+	dests := make([]netip.AddrPort, 0, len(t.peers)+len(t.learn.peers))
+	seen := make(map[netip.AddrPort]bool, cap(dests))
 	for _, p := range t.peers {
-		if p.addr.IsValid() && !seen[p.addr] {
-			seen[p.addr] = true
-			dests = append(dests, p.addr)
+		for _, a := range p.addrs {
+			if !seen[a] {
+				seen[a] = true
+				dests = append(dests, a)
+			}
+		}
+	}
+	for _, a := range t.learn.sorted() {
+		if !seen[a] && !t.learn.self[a] {
+			seen[a] = true
+			dests = append(dests, a)
 		}
 	}
 	t.dests.Store(&dests)
+	t.learn.version++
 }
 
-// pickAddr prefers the first IPv4 address, which any socket can reach,
-// then the first address of any kind.
-func pickAddr(addrs []netip.Addr) (netip.Addr, bool) {
+// pickAddrs keeps the IPv4 addresses, which any socket can reach, or, when
+// there is none, every address.
+func pickAddrs(addrs []netip.Addr) []netip.Addr {
+	var v4, all []netip.Addr
 	for _, a := range addrs {
-		if a.Unmap().Is4() {
-			return a.Unmap(), true
+		a = a.Unmap()
+		if !slices.Contains(all, a) {
+			all = append(all, a)
+			if a.Is4() {
+				v4 = append(v4, a)
+			}
 		}
 	}
-	if len(addrs) > 0 {
-		return addrs[0], true
+	if len(v4) > 0 {
+		return v4
 	}
-	return netip.Addr{}, false
+	return all
 }
 
-func addrString(ap netip.AddrPort) string {
-	if !ap.IsValid() {
+func addrsString(aps []netip.AddrPort) string {
+	if len(aps) == 0 {
 		return "none"
 	}
-	return ap.String()
+	s := make([]string, len(aps))
+	for i, a := range aps {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ",")
 }
 
 // resolveEvery looks peer names up again every period until Close.

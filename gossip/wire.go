@@ -68,7 +68,8 @@ type MsgType uint8
 const (
 	MsgHits      MsgType = 1 // body: tag → hits
 	MsgHeartbeat MsgType = 2 // a period with no hits; body: empty map
-	// 3 and 4 are the warm start messages, in wire_snapshot.go.
+	// 3 and 4 are the warm start messages, in wire_snapshot.go; 5 lists
+	// peers, in discovery.go.
 )
 
 // Version is the wire format version this code writes. Decode accepts only
@@ -92,6 +93,8 @@ type Message struct {
 	Hits []Hit
 	// Snapshot holds the body of a MsgSnapshot; nil for every other type.
 	Snapshot *Snapshot
+	// Peers holds, for MsgPeers, the addresses listed, "ip:port".
+	Peers []string
 }
 
 // Errors returned by Decode, to be tested with errors.Is.
@@ -379,6 +382,10 @@ func Decode(b []byte, key []byte) (Message, error) {
 		m.Hits = hits
 	case MsgSnapshot, MsgSnapshotRequest:
 		if err := st.decodeWarm(&m, b[headerLen:end]); err != nil {
+			return Message{}, err
+		}
+	case MsgPeers:
+		if err := st.decodePeers(&m, b[headerLen:end]); err != nil {
 			return Message{}, err
 		}
 	}

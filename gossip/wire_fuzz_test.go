@@ -20,6 +20,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(readHex(f, "testdata/golden_snapshot.hex"))
 	f.Add(readHex(f, "testdata/golden_request.hex"))
+	f.Add(readHex(f, "testdata/golden_peers.hex"))
 	key := []byte("secret")
 	f.Fuzz(func(t *testing.T, b []byte) {
 		Decode(b, key) // must not panic

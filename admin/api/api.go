@@ -27,6 +27,10 @@ type Peer struct {
 	Duplicates       uint64    `json:"duplicates"`
 	FingerprintMatch bool      `json:"fingerprint_match"`
 	Silent           bool      `json:"silent"`
+	// Found says how this node came to send to the peer: "configured",
+	// "resolved" (a name in gossip.peers), "learned" or "multicast"; empty
+	// when it does not send to it (heard, learning off).
+	Found string `json:"found,omitempty"`
 }
 
 // Tag is GET /v1/tags/{tag}.
@@ -155,6 +159,13 @@ type Gossip struct {
 	FingerprintMismatch uint64  `json:"fingerprint_mismatch"`
 	Peers               int     `json:"peers"`
 	Warm                Warm    `json:"warm"`
+	// Learned are the unicast peers learned now; LearnedTotal, Forgotten and
+	// Refused count those learned, dropped once silent, and not learned for
+	// max_peers over the process's life.
+	Learned      int    `json:"learned"`
+	LearnedTotal uint64 `json:"learned_total"`
+	Forgotten    uint64 `json:"forgotten"`
+	Refused      uint64 `json:"refused"`
 }
 
 // Dropped counts datagrams dropped, by reason.

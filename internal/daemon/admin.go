@@ -60,6 +60,9 @@ func (d *Daemon) snapshot() admin.Snapshot {
 	if d.gossip != nil {
 		n := d.gossip.node
 		g := &admin.Gossip{Node: n.ID(), Stats: n.Stats()}
+		if u := d.gossip.unicast; u != nil {
+			g.Discovery = u.DiscoveryStats()
+		}
 		for _, p := range n.Peers() {
 			if !p.Silent {
 				g.Peers++
@@ -75,7 +78,11 @@ func (d *Daemon) peers() []gossip.PeerInfo {
 	if d.gossip == nil {
 		return nil
 	}
-	return d.gossip.node.Peers()
+	peers := d.gossip.node.Peers()
+	for i := range peers {
+		peers[i].Found = d.gossip.found(peers[i].Addr)
+	}
+	return peers
 }
 
 // tagView is one tag's state now; an untracked tag is a full bucket of the

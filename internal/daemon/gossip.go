@@ -14,10 +14,34 @@ import (
 )
 
 // gossipRun is the running gossip: the node and, when peers are
-// configured, the unicast transport a reload gives new peers to.
+// configured, the unicast transport a reload gives new peers to, and
+// which learns peers.
 type gossipRun struct {
 	node    *gossip.Node
 	unicast *gossip.UnicastTransport
+	group   bool // a multicast group is configured
+}
+
+// learnMax is how many peers the unicast transport learns: max_peers with
+// a secret, none without (anyone could make a node send to any address).
+func learnMax(cfg config.Gossip, key []byte) int {
+	if key == nil {
+		return 0
+	}
+	return cfg.MaxPeers
+}
+
+// found says how this node came to send to a peer heard from addr.
+func (g *gossipRun) found(addr string) string {
+	if g.unicast != nil {
+		if f := g.unicast.Found(addr); f != "" {
+			return f
+		}
+	}
+	if g.group {
+		return gossip.FoundMulticast
+	}
+	return ""
 }
 
 // startGossip opens the configured transports (or has open tell it which)
@@ -43,6 +67,12 @@ func (d *Daemon) startGossip(cfg config.Gossip, open func(config.Gossip) (gossip
 	if err != nil {
 		return nil, err
 	}
+	var disc gossip.Discovery
+	if run.unicast != nil {
+		run.unicast.SetLearning(learnMax(cfg, key), gossip.SilentAfter(cfg.Interval.Duration))
+		disc = run.unicast // learns only under a key: see learnMax
+	}
+	run.group = cfg.Group != ""
 	table := d.table
 	var drained []bucket.Hit
 	var (
@@ -70,9 +100,10 @@ func (d *Daemon) startGossip(cfg config.Gossip, open func(config.Gossip) (gossip
 			table.SpendBatch(now, applied)
 			applyMu.Unlock()
 		},
-		Export: warmExport(table),
-		Merge:  warmMerge(table),
-		Logger: log,
+		Discovery: disc,
+		Export:    warmExport(table),
+		Merge:     warmMerge(table),
+		Logger:    log,
 	}, t)
 	if err != nil {
 		t.Close()

@@ -67,6 +67,9 @@ func (d *Daemon) reload() ([]string, error) {
 			MaxPacket: next.Gossip.MaxPacket, Key: key, Fingerprint: d.table.Fingerprint()}); err != nil {
 			return nil, err
 		}
+		if d.gossip.unicast != nil {
+			d.gossip.unicast.SetLearning(learnMax(next.Gossip, key), gossip.SilentAfter(next.Gossip.Interval.Duration))
+		}
 		if d.gossip.unicast != nil && !slices.Equal(cur.Gossip.Peers, next.Gossip.Peers) {
 			if err := d.gossip.unicast.SetPeers(next.Gossip.Peers); err != nil {
 				return nil, err

@@ -1,0 +1,290 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dthrottle/dthrottle/internal/netns"
+)
+
+func TestPeersRoundTrip(t *testing.T) {
+	for _, key := range [][]byte{nil, []byte("a key of sixteen bytes")} {
+		var addrs []string
+		for i := range 200 { // several datagrams of 512 bytes
+			addrs = append(addrs, fmt.Sprintf("10.0.%d.%d:7777", i/250, i%250+1))
+		}
+		e := &Encoder{Node: 7, MaxPacket: MinPacket, Key: key}
+		var got []string
+		packets := 0
+		err := e.EncodePeers(time.UnixMilli(1e12), addrs, func(pkt []byte) error {
+			packets++
+			if len(pkt) > MinPacket {
+				t.Fatalf("datagram of %d bytes, over %d", len(pkt), MinPacket)
+			}
+			m, err := Decode(pkt, key)
+			if err != nil || m.Type != MsgPeers || m.Node != 7 {
+				t.Fatalf("decoding %x: %+v, %v", pkt, m.Header, err)
+			}
+			got = append(got, m.Peers...)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, addrs) || packets < 2 {
+			t.Fatalf("key %v: %d datagrams carried %d addresses, want all %d in order", key != nil, packets, len(got), len(addrs))
+		}
+	}
+	// An empty list is one datagram with an empty array.
+	e := &Encoder{Node: 7, MaxPacket: MinPacket}
+	n := 0
+	e.EncodePeers(time.Now(), nil, func(pkt []byte) error {
+		n++
+		if m, err := Decode(pkt, nil); err != nil || len(m.Peers) != 0 {
+			t.Fatalf("empty list: %+v, %v", m, err)
+		}
+		return nil
+	})
+	if n != 1 {
+		t.Fatalf("an empty list took %d datagrams, want 1", n)
+	}
+}
+
+func TestPeersMalformed(t *testing.T) {
+	header := func() []byte {
+		b := make([]byte, headerLen)
+		b[0], b[1], b[2], b[3] = 'D', 'T', Version, byte(MsgPeers)
+		b[5+7], b[13+7] = 1, 1
+		return b
+	}
+	for name, body := range map[string][]byte{
+		"not an array":    {0x80},
+		"not a string":    {0x91, 0x05},
+		"not an address":  append([]byte{0x91, 0xa5}, "hello"...),
+		"port 0":          append([]byte{0x91, 0xa9}, "1.2.3.4:0"...),
+		"truncated":       append([]byte{0x92, 0xa9}, "1.2.3.4:1"...),
+		"trailing":        append(append([]byte{0x91, 0xa9}, "1.2.3.4:1"...), 0xc0),
+		"array too large": {0xdd, 0xff, 0xff, 0xff, 0xff},
+	} {
+		if _, err := Decode(append(header(), body...), nil); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", name, err)
+		}
+	}
+}
+
+// TestResolveSeveralAddresses: a name that resolves to three addresses
+// (a headless service) is sent to at all three.
+func TestResolveSeveralAddresses(t *testing.T) {
+	first := listenLocal(t, nil)
+	port := first.LocalAddr().(*net.UDPAddr).Port
+	listeners := []*UnicastTransport{first}
+	for _, ip := range []string{"127.0.0.2", "127.0.0.3"} {
+		tr, err := ListenUnicast(UnicastConfig{Bind: fmt.Sprintf("%s:%d", ip, port)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		listeners = append(listeners, tr)
+	}
+	f := &fakeLookup{}
+	f.set(nil, "127.0.0.1", "::1", "127.0.0.2", "127.0.0.3", "127.0.0.2")
+	a, err := listenUnicast(UnicastConfig{Bind: "127.0.0.1:0", Peers: []string{fmt.Sprintf("b.test:%d", port)}, Resolve: time.Hour}, f.lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	want := []string{fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("127.0.0.2:%d", port), fmt.Sprintf("127.0.0.3:%d", port)}
+	if got := dests(a); !slices.Equal(got, want) {
+		t.Fatalf("sending to %v, want %v (every IPv4 address, once)", got, want)
+	}
+	if err := a.Send([]byte("to all")); err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range listeners {
+		if p := receive(t, l.Packets()); string(p.Data) != "to all" {
+			t.Errorf("address %d received %q", i+1, p.Data)
+		}
+	}
+	if got := a.Found(want[1]); got != FoundResolved {
+		t.Errorf("Found(%s) = %q, want %q", want[1], got, FoundResolved)
+	}
+}
+
+func TestLearningRules(t *testing.T) {
+	a := listenLocal(t, nil)
+	port := a.LocalAddr().(*net.UDPAddr).Port
+	now := time.Unix(1e9, 0)
+	a.Heard("10.0.0.1:7777", now)
+	if got := a.DiscoveryStats(); got.Learned != 0 {
+		t.Fatalf("learned %d peers before SetLearning (learning is off)", got.Learned)
+	}
+	a.SetLearning(2, time.Second)
+	a.Heard("10.0.0.1:7777", now)
+	a.Told("10.0.0.2:7777", now)
+	a.Heard("10.0.0.3:7777", now) // over max_peers
+	a.Heard("0.0.0.0:7777", now)  // never an address to send to
+	a.Heard(fmt.Sprintf("127.0.0.1:%d", port), now)
+	a.Self(fmt.Sprintf("127.0.0.1:%d", port))
+	st := a.DiscoveryStats()
+	if st.Learned != 2 || st.Added != 2 || st.Refused != 2 {
+		t.Fatalf("after learning: %+v; want 2 learned and added, 2 refused (max_peers reached)", st)
+	}
+	if got, want := dests(a), []string{"10.0.0.1:7777", "10.0.0.2:7777"}; !slices.Equal(got, want) {
+		t.Fatalf("sending to %v, want %v", got, want)
+	}
+	if ads, _ := a.Advert(now); len(ads) != 1 || ads[0] != "10.0.0.1:7777" {
+		t.Fatalf("advertising %v: want only the peer heard from itself", ads)
+	}
+	if a.Found("10.0.0.2:7777") != FoundLearned || a.Found("10.0.0.9:7777") != "" {
+		t.Fatal("Found does not tell learned peers from others")
+	}
+	// Heard again keeps a peer; one only told of is forgotten once silent.
+	a.Heard("10.0.0.1:7777", now.Add(900*time.Millisecond))
+	a.Heard("10.0.0.1:7777", now.Add(1500*time.Millisecond))
+	if got, want := dests(a), []string{"10.0.0.1:7777"}; !slices.Equal(got, want) {
+		t.Fatalf("after the silence timeout, sending to %v, want %v", got, want)
+	}
+	a.SetLearning(0, time.Second)
+	if st := a.DiscoveryStats(); st.Learned != 0 || st.Forgotten != 2 {
+		t.Fatalf("after turning learning off: %+v", st)
+	}
+	if got := dests(a); len(got) != 0 {
+		t.Fatalf("sending to %v with learning off", got)
+	}
+}
+
+// TestJoinThroughOneSeed runs four nodes over UDP inside a namespace of
+// its own: three that know each other, and a fourth that knows only the
+// first. Within a few intervals all four send to one another; stopped, the
+// fourth is forgotten after the silence timeout. Without a key nothing is
+// learned.
+func TestJoinThroughOneSeed(t *testing.T) {
+	if !netns.Run(t) {
+		return
+	}
+	for _, key := range [][]byte{[]byte("the cluster's secret, 32 bytes.."), nil} {
+		t.Run(fmt.Sprintf("key=%v", key != nil), func(t *testing.T) { joinThroughOneSeed(t, key) })
+	}
+}
+
+func joinThroughOneSeed(t *testing.T, key []byte) {
+	const interval = 50 * time.Millisecond
+	addrs := []string{"127.0.0.1:17001", "127.0.0.1:17002", "127.0.0.1:17003", "127.0.0.1:17004"}
+	peersOf := [][]string{addrs[1:3], {addrs[0], addrs[2]}, addrs[:2], addrs[:1]}
+	trs := make([]*UnicastTransport, 4)
+	nodes := make([]*Node, 4)
+	for i := range trs {
+		tr, err := ListenUnicast(UnicastConfig{Bind: addrs[i], Peers: peersOf[i]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		max := 0
+		if key != nil {
+			max = 10
+		}
+		tr.SetLearning(max, SilentAfter(interval))
+		n, err := NewNode(Config{Interval: interval, Key: key, Discovery: tr,
+			Drain: func(dst []Hit) []Hit { return dst }, Apply: func(time.Time, []Hit) {}}, tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Start()
+		trs[i], nodes[i] = tr, n
+	}
+	stop := func(i int) {
+		if trs[i] != nil {
+			nodes[i].Stop(context.Background())
+			trs[i].Close()
+			trs[i] = nil
+		}
+	}
+	defer func() {
+		for i := range trs {
+			stop(i)
+		}
+	}()
+	sendsTo := func(i int, want []string) bool {
+		got := dests(trs[i])
+		for _, w := range want {
+			if !slices.Contains(got, w) {
+				return false
+			}
+		}
+		return true
+	}
+	all := func() bool {
+		for i := range trs {
+			others := slices.Delete(slices.Clone(addrs), i, i+1)
+			if !sendsTo(i, others) {
+				return false
+			}
+		}
+		return true
+	}
+	if key == nil {
+		time.Sleep(10 * interval) // a window in which nothing may be learned
+		if all() || trs[3].DiscoveryStats().Learned != 0 || trs[0].DiscoveryStats().Learned != 0 {
+			t.Fatalf("learned without a key: node 4 sends to %v, node 1 to %v", dests(trs[3]), dests(trs[0]))
+		}
+		return
+	}
+	waitFor(t, 40*interval, "every node to send to every other", all)
+	if got := trs[0].Found(addrs[3]); got != FoundLearned {
+		t.Errorf("node 1 found node 4 %q, want learned", got)
+	}
+	stop(3)
+	waitFor(t, 4*SilentAfter(interval), "node 4 to be forgotten", func() bool {
+		for i := range 3 {
+			if slices.Contains(dests(trs[i]), addrs[3]) {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range 3 {
+		if st := trs[i].DiscoveryStats(); st.Forgotten == 0 {
+			t.Errorf("node %d: %+v, want node 4 counted as forgotten", i+1, st)
+		}
+	}
+}
+
+// waitFor polls cond until it holds, failing t after within.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestPeersGolden pins MsgPeers to testdata/golden_peers.hex, both ways:
+// the bytes README's wire format section shows.
+func TestPeersGolden(t *testing.T) {
+	want := readHex(t, "testdata/golden_peers.hex")
+	e := &Encoder{Node: 0x0102030405060708, Fingerprint: 0x1122334455667788, MaxPacket: 1400, Key: []byte("secret")}
+	e.seq = 42
+	var got []byte
+	e.EncodePeers(time.UnixMilli(1767225600000), []string{"10.0.0.2:7777", "10.0.0.3:7777"}, func(p []byte) error {
+		got = slices.Clone(p)
+		return nil
+	})
+	if !slices.Equal(got, want) {
+		t.Fatalf("EncodePeers:\n%x\nwant testdata/golden_peers.hex:\n%x", got, want)
+	}
+	m, err := Decode(want, []byte("secret"))
+	if err != nil || m.Type != MsgPeers || m.Seq != 43 || m.Node != 0x0102030405060708 ||
+		!slices.Equal(m.Peers, []string{"10.0.0.2:7777", "10.0.0.3:7777"}) {
+		t.Fatalf("Decode(golden) = %+v, %v", m, err)
+	}
+	if _, err := Decode(want, []byte("another secret")); !errors.Is(err, ErrAuth) {
+		t.Fatalf("Decode under another key: %v, want ErrAuth", err)
+	}
+}
