@@ -127,6 +127,7 @@ type nodeConfig struct {
 	burst    int
 	secret   string // secret_file, "" for none
 	policies string // [[policy]] tables
+	gossip   string // more [gossip] keys, such as "warm_start = false\n"
 }
 
 // faultPolicy is the default policy of the fault tests' clusters.
@@ -151,10 +152,10 @@ interval = %q
 group = %q
 interface = %q
 ttl = 1
-%s
+%s%s
 [admin]
 http = "%s:0"
-`, c.rate, c.burst, c.policies, lanInterval.String(), lanGroup, h.link, secret, h.addr)
+`, c.rate, c.burst, c.policies, lanInterval.String(), lanGroup, h.link, secret, c.gossip, h.addr)
 }
 
 // start runs a daemon in h's namespace with the given configuration, until
