@@ -1,0 +1,78 @@
+package tests
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/internal/netns"
+)
+
+// TestSnapshotAnswersDropped sends a warmed daemon, from a stranger on its
+// bridge, snapshot answers it must not merge: unasked-for (to it, and to
+// another node), the same again (a replay), forged under another key,
+// truncated, and of another format version. Each is dropped and counted,
+// no bucket is lowered, and the daemon keeps serving.
+func TestSnapshotAnswersDropped(t *testing.T) {
+	if !netns.Run(t) {
+		return
+	}
+	key := []byte("the cluster's secret, 32 bytes..")
+	c := faultPolicy
+	c.secret = filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(c.secret, key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := newLAN(t, 1)
+	tp := newTap(t)
+	d := l.hosts[0].start(t, c)
+	poll(t, 10*time.Second, "the daemon to be warm (nobody answers it)", func() bool {
+		_, ok := scrape(t, d.adminAddr(t))["dthrottle_warm_duration_seconds"]
+		return ok
+	})
+	id, err := strconv.ParseUint(d.nodeID(t), 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := func(k []byte, to uint64) []byte {
+		e := gossip.Encoder{Node: 0x5eed, MaxPacket: 1400, Key: k}
+		var out []byte
+		e.EncodeSnapshot(time.Now(), to, []gossip.Level{{Key: []byte("victim"), Tokens: -50}}, true, func(p []byte) error {
+			out = append([]byte(nil), p...)
+			return nil
+		})
+		return out
+	}
+	counts := func() (unasked, auth, version float64) {
+		fams := scrape(t, d.adminAddr(t))
+		return metric(t, fams, "dthrottle_warm_answers_dropped_total", "reason=unasked"),
+			metric(t, fams, "dthrottle_gossip_packets_dropped_total", "reason=auth"),
+			metric(t, fams, "dthrottle_gossip_packets_dropped_total", "reason=version")
+	}
+	u0, a0, v0 := counts()
+	good := answer(key, id)
+	tp.send(t, good)              // unasked: the daemon is not warming
+	tp.send(t, good)              // the same again
+	tp.send(t, answer(key, id+1)) // to another node
+	tp.send(t, answer([]byte("not the cluster's secret, 32 b.."), id))
+	tp.send(t, good[:len(good)-10])
+	other := append([]byte(nil), good...)
+	other[2] = 9
+	tp.send(t, other)
+	poll(t, 5*time.Second, "every datagram to be dropped and counted", func() bool {
+		u, a, v := counts()
+		return u-u0 == 3 && a-a0 == 2 && v-v0 == 1
+	})
+	if v := d.tag(t, "victim"); v.Tracked {
+		t.Errorf("a dropped answer lowered a bucket: %+v", v)
+	}
+	if got := pipeline(t, d.sock, "victim\n"); got != "OK\n" {
+		t.Errorf("after the bad answers: %q, want the daemon serving", got)
+	}
+	u, a, v := counts()
+	t.Logf("dropped: %v unasked, %v auth, %v version", u-u0, a-a0, v-v0)
+}
+
