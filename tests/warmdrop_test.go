@@ -75,4 +75,3 @@ func TestSnapshotAnswersDropped(t *testing.T) {
 	u, a, v := counts()
 	t.Logf("dropped: %v unasked, %v auth, %v version", u-u0, a-a0, v-v0)
 }
-
