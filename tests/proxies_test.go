@@ -1,0 +1,211 @@
+package tests
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The proxy tests run nginx, Caddy and HAProxy from Debian's packages with
+// the ready-to-copy configurations of contrib/, on temporary ports, in
+// front of a one-file site, asking a dthrottled with a burst of 3: three
+// requests are served, the fourth gets 429 with Retry-After and the
+// RateLimit headers; with dthrottled stopped, every request is served
+// again at once (fail open).
+
+const proxyDaemonConfig = `[listen]
+unix = "%%SOCK%%"
+unix_mode = "0666"
+[limit]
+rate = 0.001
+burst = 3
+[http]
+listen = "127.0.0.1:0"
+refuse_status = %d
+`
+
+// proxySite makes a world-readable directory (a proxy's workers may run
+// as another user) holding www/hello.txt.
+func proxySite(t *testing.T) (dir, www string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "dthrottle-proxy-")
+	must(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	must(t, os.Chmod(dir, 0o755))
+	www = filepath.Join(dir, "www")
+	must(t, os.Mkdir(www, 0o755))
+	must(t, os.WriteFile(filepath.Join(www, "hello.txt"), []byte("hello\n"), 0o644))
+	return dir, www
+}
+
+// contribConfig reads a file of contrib/ and makes the replacements, each
+// of which must be found: the test runs the shipped file, only re-pointed.
+func contribConfig(t *testing.T, path string, replace ...string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "contrib", path))
+	must(t, err)
+	s := string(b)
+	for i := 0; i < len(replace); i += 2 {
+		if !strings.Contains(s, replace[i]) {
+			t.Fatalf("contrib/%s has no %q to replace", path, replace[i])
+		}
+		s = strings.ReplaceAll(s, replace[i], replace[i+1])
+	}
+	return s
+}
+
+// runProxy starts cmd, stops it when the test ends, and waits until port
+// accepts connections.
+func runProxy(t *testing.T, cmd *exec.Cmd, port int, log string) {
+	t.Helper()
+	out, err := os.Create(log)
+	must(t, err)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	must(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+		out.Close()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case err := <-done:
+			b, _ := os.ReadFile(log)
+			t.Fatalf("%s exited before listening: %v\n%s", cmd.Path, err, b)
+		default:
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(log)
+			t.Fatalf("%s not listening on %d after 10s\n%s", cmd.Path, port, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// checkThrottled asks url four times: three are served, the fourth refused
+// with 429, Retry-After and the RateLimit headers. Then it stops d, and
+// every request is served, without waiting on a timeout each.
+func checkThrottled(t *testing.T, url string, d *daemon, log string) {
+	t.Helper()
+	hc := &http.Client{Timeout: 5 * time.Second}
+	get := func() *http.Response {
+		t.Helper()
+		res, err := hc.Get(url)
+		if err != nil {
+			b, _ := os.ReadFile(log)
+			t.Fatalf("GET %s: %v\n%s", url, err, b)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res
+	}
+	for i := 1; i <= 3; i++ {
+		if res := get(); res.StatusCode != http.StatusOK {
+			b, _ := os.ReadFile(log)
+			t.Fatalf("request %d: %s, want 200 OK\n%s", i, res.Status, b)
+		}
+	}
+	res := get()
+	if res.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("request 4: %s, want 429", res.Status)
+	}
+	for _, h := range []string{"Retry-After", "RateLimit", "RateLimit-Policy"} {
+		if res.Header.Get(h) == "" {
+			t.Errorf("the 429 has no %s header: %v", h, res.Header)
+		}
+	}
+	if got := res.Header.Get("RateLimit-Policy"); !strings.Contains(got, "q=3") {
+		t.Errorf("RateLimit-Policy %q, want the burst of 3 (q=3)", got)
+	}
+
+	d.stop(t)
+	start := time.Now()
+	const n = 20
+	for i := range n {
+		if res := get(); res.StatusCode != http.StatusOK {
+			b, _ := os.ReadFile(log)
+			t.Fatalf("with dthrottled stopped, request %d: %s, want 200 (fail open)\n%s", i+1, res.Status, b)
+		}
+	}
+	// A request waiting out a timeout would take 50 ms or more; twenty of
+	// them, a second. Served at once, they take a few milliseconds.
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("with dthrottled stopped, %d requests took %v: not served at once", n, took)
+	}
+}
+
+func TestNginx(t *testing.T) {
+	nginx := "/usr/sbin/nginx"
+	if _, err := os.Stat(nginx); err != nil {
+		nginx = requireTool(t, "nginx")
+	}
+	d, httpAddr := startHTTPDaemon(t, fmt.Sprintf(proxyDaemonConfig, 403))
+	dir, www := proxySite(t)
+	port := freePort(t)
+	site := contribConfig(t, "nginx/dthrottle.conf",
+		"listen 8080;", fmt.Sprintf("listen 127.0.0.1:%d;", port),
+		"root /var/www/html;", "root "+www+";",
+		"server 127.0.0.1:7072;", "server "+httpAddr+";")
+	must(t, os.WriteFile(filepath.Join(dir, "site.conf"), []byte(site), 0o644))
+	tmp := filepath.Join(dir, "tmp")
+	must(t, os.Mkdir(tmp, 0o777))
+	conf := fmt.Sprintf(`worker_processes 1;
+error_log %[1]s/error.log;
+pid %[1]s/nginx.pid;
+events { worker_connections 256; }
+http {
+    access_log off;
+    client_body_temp_path %[2]s/body;
+    proxy_temp_path %[2]s/proxy;
+    fastcgi_temp_path %[2]s/fastcgi;
+    uwsgi_temp_path %[2]s/uwsgi;
+    scgi_temp_path %[2]s/scgi;
+    include %[1]s/site.conf;
+}
+`, dir, tmp)
+	must(t, os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644))
+	log := filepath.Join(dir, "error.log")
+	runProxy(t, exec.Command(nginx, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;"), port, filepath.Join(dir, "stderr.log"))
+	checkThrottled(t, fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), d, log)
+}
+
+func TestCaddy(t *testing.T) {
+	caddy := requireTool(t, "caddy")
+	d, httpAddr := startHTTPDaemon(t, fmt.Sprintf(proxyDaemonConfig, 429))
+	dir, www := proxySite(t)
+	port, open := freePort(t), freePort(t)
+	file := contribConfig(t, "caddy/Caddyfile",
+		":8080 {", fmt.Sprintf("http://127.0.0.1:%d {", port),
+		"root * /var/www/html", "root * "+www,
+		"127.0.0.1:7073", fmt.Sprintf("127.0.0.1:%d", open),
+		"forward_auth 127.0.0.1:7072 ", "forward_auth "+httpAddr+" ")
+	conf := filepath.Join(dir, "Caddyfile")
+	must(t, os.WriteFile(conf, []byte(file), 0o644))
+	cmd := exec.Command(caddy, "run", "--config", conf, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	log := filepath.Join(dir, "caddy.log")
+	runProxy(t, cmd, port, log)
+	checkThrottled(t, fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), d, log)
+}
