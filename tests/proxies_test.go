@@ -209,3 +209,26 @@ func TestCaddy(t *testing.T) {
 	runProxy(t, cmd, port, log)
 	checkThrottled(t, fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), d, log)
 }
+
+func TestHAProxy(t *testing.T) {
+	haproxy := "/usr/sbin/haproxy"
+	if _, err := os.Stat(haproxy); err != nil {
+		haproxy = requireTool(t, "haproxy")
+	}
+	d := startDaemon(t, fmt.Sprintf(proxyDaemonConfig, 403))
+	dir, _ := proxySite(t)
+	port := freePort(t)
+	lua := filepath.Join(dir, "dthrottle.lua")
+	must(t, os.WriteFile(lua, []byte(contribConfig(t, "haproxy/dthrottle.lua")), 0o644))
+	cfg := contribConfig(t, "haproxy/haproxy.cfg",
+		"presetenv DTHROTTLE_SOCKET /run/dthrottle/dthrottle.sock", "presetenv DTHROTTLE_SOCKET "+d.sock,
+		"presetenv DTHROTTLE_RATE 1", "presetenv DTHROTTLE_RATE 0.001",
+		"presetenv DTHROTTLE_BURST 10", "presetenv DTHROTTLE_BURST 3",
+		"lua-load /etc/haproxy/dthrottle.lua", "lua-load "+lua,
+		"bind :8080", fmt.Sprintf("bind 127.0.0.1:%d", port))
+	conf := filepath.Join(dir, "haproxy.cfg")
+	must(t, os.WriteFile(conf, []byte(cfg), 0o644))
+	log := filepath.Join(dir, "haproxy.log")
+	runProxy(t, exec.Command(haproxy, "-db", "-f", conf), port, log)
+	checkThrottled(t, fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), d, log)
+}
