@@ -301,7 +301,7 @@ func entryLen(h Hit) int {
 }
 
 // appendStr appends s as a msgpack str: fixstr, str8, str16 or str32.
-func appendStr(b []byte, s string) []byte {
+func appendStr[T string | []byte](b []byte, s T) []byte {
 	n := len(s)
 	switch {
 	case n < 32:

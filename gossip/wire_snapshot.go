@@ -112,7 +112,7 @@ func (e *Encoder) EncodeSnapshot(now time.Time, to uint64, levels []Level, last 
 			}
 			break
 		}
-		buf = appendKey(buf, l.Key)
+		buf = appendStr(buf, l.Key)
 		buf = append(buf, msgpcode.Double)
 		buf = binary.BigEndian.AppendUint64(buf, math.Float64bits(l.Tokens))
 		n++
@@ -227,21 +227,4 @@ func (st *decodeState) decodeWarm(m *Message, body []byte) error {
 		return errors.New("gossip: not a warm start message")
 	}
 	return nil
-}
-
-// appendKey is appendStr for a key held in bytes.
-func appendKey(b, key []byte) []byte {
-	n := len(key)
-	switch {
-	case n < 32:
-		b = append(b, msgpcode.FixedStrLow|byte(n))
-	case n <= math.MaxUint8:
-		b = append(b, msgpcode.Str8, byte(n))
-	case n <= math.MaxUint16:
-		b = append(b, msgpcode.Str16, byte(n>>8), byte(n))
-	default:
-		b = append(b, msgpcode.Str32)
-		b = binary.BigEndian.AppendUint32(b, uint32(n))
-	}
-	return append(b, key...)
 }
