@@ -28,14 +28,18 @@ func main() {
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
 	fs.Float64Var(&cfg.NodeRate, "node-rate", cfg.NodeRate, "ordinary requests per node per second")
 	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "distinct ordinary clients (Zipf)")
+	fs.IntVar(&cfg.Relays, "relays", cfg.Relays, "relays in the segment (relay designs), at least 2")
+	fs.Float64Var(&cfg.Hold, "hold", cfg.Hold, "hold-back threshold as a fraction of the burst (holding designs), in (0, 1]")
+	relayFail := fs.Float64("relay-fail", 0, "seconds into the run at which every relay falls silent; 0 never")
 	fs.Parse(os.Args[1:])
 	if cfg.Design == "help" {
 		for _, name := range slices.Sorted(maps.Keys(sim.Designs)) {
-			fmt.Printf("%-8s %s\n", name, sim.Designs[name])
+			fmt.Printf("%-10s %s\n", name, sim.Designs[name])
 		}
 		return
 	}
 	cfg.Duration = time.Duration(*seconds * float64(time.Second))
+	cfg.RelayFail = time.Duration(*relayFail * float64(time.Second))
 	res, err := sim.Run(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -1,10 +1,12 @@
 // Package sim is a cluster simulator: N dthrottle nodes behind a random
 // load balancer, each with the real tag table (package bucket), reporting
 // with the real wire encoder (package gossip), on a fake clock with a
-// deterministic seed. It measures what a reporting design costs each node
-// (bytes and datagrams sent and received, remote hits applied, the CPU
-// time spent applying them) and how well it holds a rate (the served count
-// of abusive clients against b + r*T and the cluster bound, and whether an
+// deterministic seed. It runs one reporting design at a time (Designs
+// lists them) and measures what it costs each node (bytes and datagrams
+// sent and received, remote hits applied, the time spent handling
+// reports) and how well it holds a rate (the served count of abusive
+// clients and of a sample of ordinary ones against b + r*T and against
+// the design's cluster bound over several windows, and whether an
 // ordinary client under its limit was ever refused).
 //
 // What a real node would not need to do twice is shared: a datagram is
@@ -16,7 +18,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"time"
 
@@ -37,88 +38,120 @@ type Config struct {
 	NodeRate    float64 // ordinary requests per node per second
 	Abusive     int     // clients sending at AbuseFactor times their rate
 	AbuseFactor float64
-	Sample      int // ordinary clients followed for refusals
+	Sample      int // ordinary clients followed for refusals and served counts
 
 	Rate     float64       // the policy: tokens per second
 	Burst    int           // and burst
 	Interval time.Duration // between a node's reports
 	Step     time.Duration // the clock's resolution, and the delivery delay
+
+	// Relays is the number of relays in the segment, for the relay
+	// designs; at least 2.
+	Relays int
+	// Hold is the hold-back threshold as a fraction of the burst: a tag's
+	// hits are held until they reach ceil(Hold*Burst), for the holding
+	// designs. In (0, 1].
+	Hold float64
+	// RelayFail, when set, is when every relay falls silent; the nodes
+	// then send directly.
+	RelayFail time.Duration
 }
 
 // Default returns the standard load for n nodes: a million Zipf (s 1.1)
 // clients, 100 ordinary requests per node per second, four abusive clients
-// at 10x a limit of 10 per second with a burst of 20, reports every second.
+// at 10x a limit of 10 per second with a burst of 20, reports every second,
+// two relays, a hold-back threshold of half the burst.
 func Default(n int) Config {
 	return Config{
 		Nodes: n, Design: "today", Duration: 20 * time.Second, Seed: 1,
 		Clients: 1_000_000, ZipfS: 1.1, NodeRate: 100, Abusive: 4, AbuseFactor: 10, Sample: 200,
 		Rate: 10, Burst: 20, Interval: time.Second, Step: 10 * time.Millisecond,
+		Relays: 2, Hold: 0.5,
 	}
-}
-
-// Designs names the reporting designs and says what each does.
-var Designs = map[string]string{
-	"today": "every node sends all its hits of the interval to every other node (multicast), each applies all",
-}
-
-// Result is what a simulation measured. Per-node figures are per second
-// of simulated time.
-type Result struct {
-	Config Config
-
-	SentBytesMean, SentBytesMax           float64
-	RecvBytesMean, RecvBytesMax           float64
-	SentDatagramsMean, RecvDatagramsMean  float64
-	RemoteHitsMean, RemoteHitsMax         float64
-	ApplyCPUMean                          time.Duration // CPU time applying remote hits, per node per second
-	AbusiveServedMax                      int           // the most served to one abusive client
-	AbusiveRateRatio                      float64       // worst long-run served rate (second half) over Rate
-	Ideal, Bound                          float64       // b + r*T, and the cluster bound
-	BoundHeld                             bool
-	OrdinaryRefusedUnderLimit             int // sampled ordinary clients under their limit that the cluster refused
-	OrdinaryUnderLimit, OrdinaryOverLimit int // sampled clients that asked, by whether one bucket would have served them all
-	Lost                                  int // (datagram, receiver) pairs lost
 }
 
 // node is one simulated dthrottled.
 type node struct {
-	table            *bucket.Table
-	enc              gossip.Encoder
-	drained          []bucket.Hit
-	phase            time.Duration // when in the interval it reports
-	sentBytes, sentN int
-	recvBytes, recvN int
-	remoteHits       int
-	applyCPU         time.Duration
+	table     *bucket.Table
+	enc       gossip.Encoder
+	drained   []bucket.Hit
+	phase     int // the step within the interval at which it reports
+	sentBytes int
+	sentN     int
+	recvBytes int
+	recvN     int
+	remote    int           // remote hit entries applied
+	cpu       time.Duration // handling reports: receiving, aggregating, sending
 }
 
-// datagram is one report as the receivers see it, decoded once.
+// Datagram kinds.
+const (
+	kindReport  = iota // a node's hits, to every peer or to a relay
+	kindForward        // a relay's aggregate, to every node
+)
+
+// datagram is one datagram as its receivers see it, decoded once.
 type datagram struct {
-	from  int
-	bytes int
-	hits  []bucket.Hit
+	kind    int
+	from    int
+	to      int // a node, or -1 for every node but the sender
+	bytes   int
+	hits    []bucket.Hit
+	abusive []uint32 // hits of each abusive client it carries
+}
+
+// sim is one run in progress.
+type sim struct {
+	cfg      Config
+	rng      *rand.Rand
+	nodes    []*node
+	design   design
+	t0       time.Time
+	step     int
+	inFlight []*datagram
+	sending  []*datagram
+
+	abusiveIdx  map[string]int // key of an abusive client -> its index
+	lostAbusive []float64      // per abusive client: hits lost, summed over receivers
+	lost        int            // (datagram, receiver) pairs lost
+	gossipHits  []gossip.Hit
 }
 
 // Run simulates cfg.
 func Run(cfg Config) (Result, error) {
-	if _, ok := Designs[cfg.Design]; !ok {
-		return Result{}, fmt.Errorf("sim: unknown design %q", cfg.Design)
+	mk, ok := designs[cfg.Design]
+	if !ok {
+		return Result{}, fmt.Errorf("sim: unknown design %q (try help)", cfg.Design)
 	}
-	if cfg.Nodes < 1 || cfg.Duration <= 0 || cfg.Step <= 0 || cfg.Interval < cfg.Step {
+	if cfg.Nodes < 1 || cfg.Duration <= 0 || cfg.Step <= 0 || cfg.Interval < cfg.Step || cfg.Clients < 2 {
 		return Result{}, fmt.Errorf("sim: bad config %+v", cfg)
 	}
-	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
-	zipf := rand.NewZipf(rng, cfg.ZipfS, 1, uint64(cfg.Clients-1))
+	if cfg.Relays < 2 || !(cfg.Hold > 0 && cfg.Hold <= 1) {
+		return Result{}, fmt.Errorf("sim: relays must be >= 2 and hold in (0, 1], got %d and %v", cfg.Relays, cfg.Hold)
+	}
+	s := &sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		t0: time.Unix(1_800_000_000, 0), abusiveIdx: map[string]int{}, lostAbusive: make([]float64, cfg.Abusive)}
 	policy := bucket.Policy{Name: "default", Rate: cfg.Rate, Burst: cfg.Burst}
-	nodes := make([]*node, cfg.Nodes)
-	for i := range nodes {
+	stepsPerInterval := int(cfg.Interval / cfg.Step)
+	s.nodes = make([]*node, cfg.Nodes)
+	for i := range s.nodes {
 		t, err := bucket.New(bucket.Config{Default: policy, MaxTags: 1 << 20, MaxTagBytes: 256})
 		if err != nil {
 			return Result{}, err
 		}
-		nodes[i] = &node{table: t, enc: gossip.Encoder{Node: uint64(i) + 1, MaxPacket: gossip.DefaultMaxPacket},
-			phase: cfg.Interval * time.Duration(i) / time.Duration(cfg.Nodes)}
+		s.nodes[i] = &node{table: t, enc: gossip.Encoder{Node: uint64(i) + 1, MaxPacket: gossip.DefaultMaxPacket},
+			phase: i * stepsPerInterval / cfg.Nodes}
 	}
+	s.design = mk(s)
+	return s.run(), nil
+}
+
+// now is the fake clock.
+func (s *sim) now() time.Time { return s.t0.Add(time.Duration(s.step) * s.cfg.Step) }
+
+func (s *sim) run() Result {
+	cfg := s.cfg
+	zipf := rand.NewZipf(s.rng, cfg.ZipfS, 1, uint64(cfg.Clients-1))
 	tags := make([][]byte, 0, 1024) // client rank -> tag, made as needed
 	tag := func(rank int) []byte {
 		for len(tags) <= rank {
@@ -126,10 +159,13 @@ func Run(cfg Config) (Result, error) {
 		}
 		return tags[rank]
 	}
+	steps := int(cfg.Duration / cfg.Step)
 	abusive := make([][]byte, cfg.Abusive)
 	abusiveServed := make([][]int, cfg.Abusive) // served per step
 	for i := range abusive {
 		abusive[i] = []byte("abuser" + strconv.Itoa(i))
+		s.abusiveIdx[string(abusive[i])] = i
+		abusiveServed[i] = make([]int, steps)
 	}
 	// The sampled ordinary clients: ranks spread over the head and tail.
 	sample := map[int]*follow{}
@@ -137,188 +173,127 @@ func Run(cfg Config) (Result, error) {
 		rank := int(math.Pow(float64(cfg.Clients-1), float64(i)/float64(max(1, cfg.Sample-1))))
 		sample[rank] = &follow{}
 	}
-
-	t0 := time.Unix(1_800_000_000, 0)
-	steps := int(cfg.Duration / cfg.Step)
+	stepsPerInterval := int(cfg.Interval / cfg.Step)
 	ordinaryPerStep := cfg.NodeRate * float64(cfg.Nodes) * cfg.Step.Seconds()
 	abusivePerStep := cfg.AbuseFactor * cfg.Rate * cfg.Step.Seconds()
 	var due, abusiveDue float64
-	var inFlight []datagram // sent this step, delivered at the next
-	var res Result
-	res.Config = cfg
-	for s := 0; s < steps; s++ {
-		now := t0.Add(time.Duration(s) * cfg.Step)
-		// Deliver what was sent a step ago: the delivery delay is one step.
-		for _, d := range inFlight {
-			for j, n := range nodes {
-				if j == d.from {
-					continue
-				}
-				if cfg.Loss > 0 && rng.Float64() < cfg.Loss {
-					res.Lost++
-					continue
-				}
-				n.recvBytes += d.bytes
-				n.recvN++
-				n.remoteHits += len(d.hits)
-				start := time.Now()
-				n.table.SpendBatch(now, d.hits)
-				n.applyCPU += time.Since(start)
-			}
+	for s.step = 0; s.step < steps; s.step++ {
+		now := s.now()
+		if cfg.RelayFail > 0 && time.Duration(s.step)*cfg.Step == cfg.RelayFail {
+			s.design.fail()
 		}
-		inFlight = inFlight[:0]
+		s.deliver(now)
 
 		// Ordinary requests, each to a node chosen at random.
 		due += ordinaryPerStep
 		for ; due >= 1; due-- {
 			rank := int(zipf.Uint64())
-			ok := nodes[rng.IntN(len(nodes))].table.Allow(now, tag(rank))
+			ok := s.nodes[s.rng.IntN(len(s.nodes))].table.Allow(now, tag(rank))
 			if f := sample[rank]; f != nil {
-				f.observe(now, ok, cfg.Rate, float64(cfg.Burst))
+				f.observe(now, s.step, ok, cfg.Rate, float64(cfg.Burst))
 			}
 		}
 		abusiveDue += abusivePerStep
 		for ; abusiveDue >= 1; abusiveDue-- {
 			for i, a := range abusive {
-				if len(abusiveServed[i]) <= s {
-					abusiveServed[i] = append(abusiveServed[i], make([]int, s+1-len(abusiveServed[i]))...)
-				}
-				if nodes[rng.IntN(len(nodes))].table.Allow(now, a) {
-					abusiveServed[i][s]++
+				if s.nodes[s.rng.IntN(len(s.nodes))].table.Allow(now, a) {
+					abusiveServed[i][s.step]++
 				}
 			}
 		}
 
 		// Reports: each node at its own phase of the interval.
-		for i, n := range nodes {
-			if time.Duration(s)*cfg.Step%cfg.Interval != n.phase/cfg.Step*cfg.Step {
-				continue
+		for i, n := range s.nodes {
+			if s.step%stepsPerInterval == n.phase {
+				start := time.Now()
+				s.design.report(i, now)
+				n.cpu += time.Since(start)
 			}
-			n.drained = n.table.Drain(n.drained[:0])
-			hits := make([]gossip.Hit, len(n.drained))
-			for k, h := range n.drained {
-				hits[k] = gossip.Hit(h)
-			}
-			n.enc.Encode(now, hits, func(pkt []byte) error {
-				m, err := gossip.Decode(pkt, nil)
-				if err != nil {
-					return err
-				}
-				d := datagram{from: i, bytes: len(pkt), hits: make([]bucket.Hit, len(m.Hits))}
-				for k, h := range m.Hits {
-					d.hits[k] = bucket.Hit(h)
-				}
-				n.sentBytes += len(pkt)
-				n.sentN++
-				inFlight = append(inFlight, d)
-				return nil
-			})
 		}
+		// What was sent this step arrives at the next: the delivery delay
+		// is one step.
+		s.inFlight, s.sending = s.sending, s.inFlight[:0]
 	}
+	return s.result(abusiveServed, sample)
+}
 
-	secs := cfg.Duration.Seconds()
-	var sent, recv, hits []float64
-	var cpu time.Duration
-	for _, n := range nodes {
-		sent = append(sent, float64(n.sentBytes)/secs)
-		recv = append(recv, float64(n.recvBytes)/secs)
-		hits = append(hits, float64(n.remoteHits)/secs)
-		res.SentDatagramsMean += float64(n.sentN) / secs / float64(len(nodes))
-		res.RecvDatagramsMean += float64(n.recvN) / secs / float64(len(nodes))
-		cpu += n.applyCPU
-	}
-	res.SentBytesMean, res.SentBytesMax = mean(sent), slices.Max(sent)
-	res.RecvBytesMean, res.RecvBytesMax = mean(recv), slices.Max(recv)
-	res.RemoteHitsMean, res.RemoteHitsMax = mean(hits), slices.Max(hits)
-	res.ApplyCPUMean = time.Duration(float64(cpu) / float64(len(nodes)) / secs)
-
-	b, r := float64(cfg.Burst), cfg.Rate
-	res.Ideal = b + r*secs
-	delay := cfg.Step.Seconds() * 2 // delivery, and the clock's resolution
-	res.Bound = res.Ideal + float64(cfg.Nodes-1)*(b+r*(cfg.Interval.Seconds()+delay))
-	res.BoundHeld = true
-	half := steps / 2
-	for i := range abusive {
-		total, late := 0, 0
-		for s, n := range abusiveServed[i] {
-			total += n
-			if s >= half {
-				late += n
-			}
-		}
-		res.AbusiveServedMax = max(res.AbusiveServedMax, total)
-		ratio := float64(late) / (r * float64(steps-half) * cfg.Step.Seconds())
-		res.AbusiveRateRatio = max(res.AbusiveRateRatio, ratio)
-		if float64(total) > res.Bound {
-			res.BoundHeld = false
-		}
-	}
-	for _, f := range sample {
-		if f.asked == 0 {
+// deliver hands every datagram in flight to its receivers.
+func (s *sim) deliver(now time.Time) {
+	for _, d := range s.inFlight {
+		if d.to >= 0 {
+			s.receive(d.to, d, now)
 			continue
 		}
-		if f.idealRefused > 0 {
-			res.OrdinaryOverLimit++
-			continue
-		}
-		res.OrdinaryUnderLimit++
-		if f.refused > 0 {
-			res.OrdinaryRefusedUnderLimit++
+		for j := range s.nodes {
+			if j != d.from {
+				s.receive(j, d, now)
+			}
 		}
 	}
-	return res, nil
 }
 
-// follow is what a sampled ordinary client asked and got, beside what one
-// bucket deciding every one of its requests would have answered: a client
-// that bucket never refused was under its limit all along, and the
-// cluster must not refuse it either.
-type follow struct {
-	asked, refused int // by the cluster
-	idealRefused   int // by the one bucket
-	tokens         float64
-	last           time.Time
-	started        bool
+// receive hands d to node j, unless the network loses it.
+func (s *sim) receive(j int, d *datagram, now time.Time) {
+	if s.cfg.Loss > 0 && s.rng.Float64() < s.cfg.Loss {
+		if d.to >= 0 {
+			// Hits sent to one node to pass on (a relay) are lost to all.
+			s.lose(d, len(s.nodes))
+		} else {
+			s.lose(d, 1)
+		}
+		return
+	}
+	n := s.nodes[j]
+	n.recvBytes += d.bytes
+	n.recvN++
+	start := time.Now()
+	s.design.receive(j, d, now)
+	n.cpu += time.Since(start)
 }
 
-func (f *follow) observe(now time.Time, ok bool, rate, burst float64) {
-	if !f.started {
-		f.tokens, f.last, f.started = burst, now, true
-	}
-	f.tokens = min(burst, f.tokens+rate*now.Sub(f.last).Seconds())
-	f.last = now
-	f.asked++
-	if f.tokens >= 1 {
-		f.tokens--
-	} else {
-		f.idealRefused++
-	}
-	if !ok {
-		f.refused++
+// lose counts d as lost to receivers receivers.
+func (s *sim) lose(d *datagram, receivers int) {
+	s.lost += receivers
+	for i, h := range d.abusive {
+		s.lostAbusive[i] += float64(h) * float64(receivers)
 	}
 }
 
-func mean(v []float64) float64 {
-	s := 0.0
-	for _, x := range v {
-		s += x
-	}
-	return s / float64(len(v))
+// drain returns node i's hits since its last drain, in a slice reused
+// by the next call.
+func (s *sim) drain(i int) []bucket.Hit {
+	n := s.nodes[i]
+	n.drained = n.table.Drain(n.drained[:0])
+	return n.drained
 }
 
-// String is the result as one line of key=value fields.
-func (r Result) String() string {
-	c := r.Config
-	return fmt.Sprintf("nodes=%d design=%s seconds=%g loss=%g seed=%d node_rate=%g "+
-		"sent_bytes_per_node_per_s=%.0f sent_bytes_max=%.0f recv_bytes_per_node_per_s=%.0f recv_bytes_max=%.0f "+
-		"sent_datagrams_per_node_per_s=%.1f recv_datagrams_per_node_per_s=%.1f "+
-		"remote_hits_per_node_per_s=%.0f remote_hits_max=%.0f apply_cpu_us_per_node_per_s=%.1f "+
-		"abusive_served_max=%d ideal=%.0f bound=%.0f abusive_rate_ratio=%.3f bound_held=%v "+
-		"ordinary_under_limit=%d ordinary_refused_under_limit=%d lost=%d",
-		c.Nodes, c.Design, c.Duration.Seconds(), c.Loss, c.Seed, c.NodeRate,
-		r.SentBytesMean, r.SentBytesMax, r.RecvBytesMean, r.RecvBytesMax,
-		r.SentDatagramsMean, r.RecvDatagramsMean,
-		r.RemoteHitsMean, r.RemoteHitsMax, float64(r.ApplyCPUMean.Nanoseconds())/1000,
-		r.AbusiveServedMax, r.Ideal, r.Bound, r.AbusiveRateRatio, r.BoundHeld,
-		r.OrdinaryUnderLimit, r.OrdinaryRefusedUnderLimit, r.Lost)
+// send encodes hits from node from with its encoder, as a real node
+// would, and puts the datagrams in flight to node to (-1: every other
+// node). An empty report is a heartbeat.
+func (s *sim) send(from, to, kind int, hits []bucket.Hit) {
+	n := s.nodes[from]
+	s.gossipHits = s.gossipHits[:0]
+	for _, h := range hits {
+		s.gossipHits = append(s.gossipHits, gossip.Hit(h))
+	}
+	n.enc.Encode(s.now(), s.gossipHits, func(pkt []byte) error {
+		m, err := gossip.Decode(pkt, nil)
+		if err != nil {
+			panic(fmt.Sprintf("sim: the encoder wrote what the decoder refuses: %v", err))
+		}
+		d := &datagram{kind: kind, from: from, to: to, bytes: len(pkt), hits: make([]bucket.Hit, len(m.Hits))}
+		for k, h := range m.Hits {
+			d.hits[k] = bucket.Hit(h)
+			if a, ok := s.abusiveIdx[h.Key]; ok {
+				if d.abusive == nil {
+					d.abusive = make([]uint32, s.cfg.Abusive)
+				}
+				d.abusive[a] += h.Count
+			}
+		}
+		n.sentBytes += len(pkt)
+		n.sentN++
+		s.sending = append(s.sending, d)
+		return nil
+	})
 }
