@@ -30,6 +30,8 @@ func main() {
 	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "distinct ordinary clients (Zipf)")
 	fs.IntVar(&cfg.Relays, "relays", cfg.Relays, "relays in the segment (relay designs), at least 2")
 	fs.Float64Var(&cfg.Hold, "hold", cfg.Hold, "hold-back threshold as a fraction of the burst (holding designs), in (0, 1]")
+	fs.IntVar(&cfg.HotAges, "hot-ages", cfg.HotAges, "hold ages a tag stays hot at a relay once it reached the threshold (relay-hold), at least 1")
+	relayEvery := fs.Float64("relay-every", 0, "seconds between a relay's aggregates; 0: the interval")
 	relayFail := fs.Float64("relay-fail", 0, "seconds into the run at which every relay falls silent; 0 never")
 	fs.Parse(os.Args[1:])
 	if cfg.Design == "help" {
@@ -40,6 +42,7 @@ func main() {
 	}
 	cfg.Duration = time.Duration(*seconds * float64(time.Second))
 	cfg.RelayFail = time.Duration(*relayFail * float64(time.Second))
+	cfg.RelayEvery = time.Duration(*relayEvery * float64(time.Second))
 	res, err := sim.Run(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

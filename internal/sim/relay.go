@@ -19,8 +19,8 @@ import (
 // hears no relay for the silence timeout sends its hits directly to every
 // node, as today. With hold set, a relay holds a tag's sum until it
 // reaches the threshold, and drops it if it has not within the hold age;
-// a tag that reached the threshold is hot for the hold age after (longer
-// while it keeps up half its rate), and its sum is sent at every report
+// a tag that reached the threshold is hot for Config.HotAges hold ages after
+// (longer while it keeps up half its rate), and its sum is sent at every report
 // time, however small, so that the tags near their limit are known as
 // promptly as without holding.
 type relay struct {
@@ -61,7 +61,7 @@ func newRelay(s *sim, hold bool) design {
 		agg: make([]map[string]*held, n), hot: make([]map[string]time.Time, n), own: make([]map[string]*owned, len(s.nodes)),
 		heard: make([][]time.Time, len(s.nodes)), byRelay: make([][]bucket.Hit, n),
 		silentAfter: max(3*s.cfg.Interval, s.cfg.Interval+time.Second)}
-	r.keepHot = uint32(max(1, math.Ceil(float64(r.theta)*s.cfg.Interval.Seconds()/r.age.Seconds())))
+	r.keepHot = uint32(max(1, math.Ceil(float64(r.theta)*s.cfg.RelayEvery.Seconds()/r.age.Seconds())))
 	r.forget = 2*s.cfg.Interval + 4*s.cfg.Step
 	if hold {
 		r.forget += r.age
@@ -133,8 +133,21 @@ func (r *relay) report(i int, now time.Time) {
 			r.s.send(i, r.relays[k], kindReport, hs)
 		}
 	}
-	if self >= 0 && !r.failed {
-		r.forward(self, now)
+}
+
+// tick has each relay send its aggregate at its own times: every
+// Config.RelayEvery, from its report time on.
+func (r *relay) tick(step int, now time.Time) {
+	every := int(r.s.cfg.RelayEvery / r.s.cfg.Step)
+	if r.failed || every <= 0 {
+		return
+	}
+	for k, i := range r.relays {
+		if (step-r.s.nodes[i].phase)%every == 0 {
+			start := time.Now()
+			r.forward(k, now)
+			r.s.nodes[i].cpu += time.Since(start)
+		}
 	}
 }
 
@@ -166,7 +179,7 @@ func (r *relay) forward(k int, now time.Time) {
 			r.out = append(r.out, bucket.Hit{Key: key, Count: e.count})
 			delete(r.agg[k], key)
 			if r.hold && (e.count >= r.theta || isHot && e.count >= r.keepHot) {
-				hot[key] = now.Add(r.age)
+				hot[key] = now.Add(time.Duration(r.s.cfg.HotAges) * r.age)
 			}
 		case now.Sub(e.since) >= r.age:
 			r.Dropped += uint64(e.count)

@@ -33,10 +33,17 @@ type Result struct {
 
 	OrdinaryRefusedUnderLimit             int // sampled ordinary clients under their limit that the cluster refused
 	OrdinaryUnderLimit, OrdinaryOverLimit int // sampled clients that asked, by whether one bucket would have served them all
+	// OrdinaryUnderMargin counts the sampled clients that one bucket with
+	// the hold-back threshold less one taken off its burst would have
+	// served in full: under their limit with that margin to spare.
+	// OrdinaryRefusedUnderMargin counts those the cluster refused.
+	OrdinaryUnderMargin, OrdinaryRefusedUnderMargin int
 
 	Lost        int     // (datagram, receiver) pairs lost
 	LostAbusive float64 // the most hits of one abusive client lost, summed over receivers
 	Dropped     uint64  // held hits a relay dropped as too few to matter
+
+	follows map[int]*follow
 }
 
 // follow is what a sampled ordinary client asked and got, beside what one
@@ -46,23 +53,33 @@ type Result struct {
 type follow struct {
 	asked, refused int // by the cluster
 	idealRefused   int // by the one bucket
+	marginRefused  int // by the one bucket less the margin
 	served         []int
-	tokens         float64
+	tokens, spare  float64 // of the one bucket, and of the one less the margin
 	last           time.Time
 	started        bool
 }
 
-func (f *follow) observe(now time.Time, step int, ok bool, rate, burst float64) {
+// observe records a request at now and the cluster's answer. margin is
+// taken off the burst of the second bucket.
+func (f *follow) observe(now time.Time, step int, ok bool, rate, burst, margin float64) {
 	if !f.started {
-		f.tokens, f.last, f.started = burst, now, true
+		f.tokens, f.spare, f.last, f.started = burst, burst-margin, now, true
 	}
-	f.tokens = min(burst, f.tokens+rate*now.Sub(f.last).Seconds())
+	dt := now.Sub(f.last).Seconds()
+	f.tokens = min(burst, f.tokens+rate*dt)
+	f.spare = min(burst-margin, f.spare+rate*dt)
 	f.last = now
 	f.asked++
 	if f.tokens >= 1 {
 		f.tokens--
 	} else {
 		f.idealRefused++
+	}
+	if f.spare >= 1 {
+		f.spare--
+	} else {
+		f.marginRefused++
 	}
 	if ok {
 		f.served = append(f.served, step)
@@ -107,7 +124,7 @@ func maxInWindow(served []int, w int) int {
 
 func (s *sim) result(abusiveServed [][]int, sample map[int]*follow) Result {
 	cfg := s.cfg
-	res := Result{Config: cfg, Lost: s.lost}
+	res := Result{Config: cfg, Lost: s.lost, follows: sample}
 	secs := cfg.Duration.Seconds()
 	var sent, recv, sentN, recvN, hits, cpu []float64
 	for _, n := range s.nodes {
@@ -157,6 +174,12 @@ func (s *sim) result(abusiveServed [][]int, sample map[int]*follow) Result {
 			continue
 		}
 		res.OrdinaryBoundUse = max(res.OrdinaryBoundUse, s.boundUse(f.served, steps, 0))
+		if f.marginRefused == 0 {
+			res.OrdinaryUnderMargin++
+			if f.refused > 0 {
+				res.OrdinaryRefusedUnderMargin++
+			}
+		}
 		if f.idealRefused > 0 {
 			res.OrdinaryOverLimit++
 			continue
@@ -187,13 +210,13 @@ func (r Result) String() string {
 		"sent_datagrams_per_node_per_s=%.1f sent_datagrams_max=%.1f recv_datagrams_per_node_per_s=%.1f recv_datagrams_max=%.1f "+
 		"remote_hits_per_node_per_s=%.0f remote_hits_max=%.0f report_cpu_us_per_node_per_s=%.1f report_cpu_us_max=%.1f "+
 		"abusive_served_max=%d ideal=%.0f bound=%.0f abusive_rate_ratio=%.3f abusive_bound_use=%.3f ordinary_bound_use=%.3f "+
-		"bound_held=%v ordinary_under_limit=%d ordinary_over_limit=%d ordinary_refused_under_limit=%d "+
+		"bound_held=%v ordinary_under_limit=%d ordinary_over_limit=%d ordinary_refused_under_limit=%d ordinary_under_margin=%d ordinary_refused_under_margin=%d "+
 		"lost=%d lost_abusive_hits=%.0f dropped_held_hits=%d",
 		c.Nodes, c.Design, c.Duration.Seconds(), c.Loss, c.Seed, c.NodeRate, c.Relays, c.Hold, c.threshold(), c.holdAge().Seconds(),
 		r.SentBytesMean, r.SentBytesMax, r.RecvBytesMean, r.RecvBytesMax,
 		r.SentDatagramsMean, r.SentDatagramsMax, r.RecvDatagramsMean, r.RecvDatagramsMax,
 		r.RemoteHitsMean, r.RemoteHitsMax, us(r.CPUMean), us(r.CPUMax),
 		r.AbusiveServedMax, r.Ideal, r.Bound, r.AbusiveRateRatio, r.AbusiveBoundUse, r.OrdinaryBoundUse,
-		r.BoundHeld, r.OrdinaryUnderLimit, r.OrdinaryOverLimit, r.OrdinaryRefusedUnderLimit,
+		r.BoundHeld, r.OrdinaryUnderLimit, r.OrdinaryOverLimit, r.OrdinaryRefusedUnderLimit, r.OrdinaryUnderMargin, r.OrdinaryRefusedUnderMargin,
 		r.Lost, r.LostAbusive, r.Dropped)
 }

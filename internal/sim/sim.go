@@ -55,6 +55,13 @@ type Config struct {
 	// RelayFail, when set, is when every relay falls silent; the nodes
 	// then send directly.
 	RelayFail time.Duration
+	// HotAges is how many hold ages a tag stays hot (sent by the relay
+	// at every aggregate, however few its hits) once it reached the
+	// threshold in one aggregate, or kept up half its rate since.
+	HotAges int
+	// RelayEvery is how often a relay sends its aggregate; zero means
+	// every Interval.
+	RelayEvery time.Duration
 }
 
 // Default returns the standard load for n nodes: a million Zipf (s 1.1)
@@ -66,7 +73,7 @@ func Default(n int) Config {
 		Nodes: n, Design: "today", Duration: 20 * time.Second, Seed: 1,
 		Clients: 1_000_000, ZipfS: 1.1, NodeRate: 100, Abusive: 4, AbuseFactor: 10, Sample: 200,
 		Rate: 10, Burst: 20, Interval: time.Second, Step: 10 * time.Millisecond,
-		Relays: 2, Hold: 0.5,
+		Relays: 2, Hold: 0.5, HotAges: 1,
 	}
 }
 
@@ -126,8 +133,8 @@ func Run(cfg Config) (Result, error) {
 	if cfg.Nodes < 1 || cfg.Duration <= 0 || cfg.Step <= 0 || cfg.Interval < cfg.Step || cfg.Clients < 2 {
 		return Result{}, fmt.Errorf("sim: bad config %+v", cfg)
 	}
-	if cfg.Relays < 2 || !(cfg.Hold > 0 && cfg.Hold <= 1) {
-		return Result{}, fmt.Errorf("sim: relays must be >= 2 and hold in (0, 1], got %d and %v", cfg.Relays, cfg.Hold)
+	if cfg.Relays < 2 || !(cfg.Hold > 0 && cfg.Hold <= 1) || cfg.HotAges < 1 {
+		return Result{}, fmt.Errorf("sim: relays must be >= 2, hold in (0, 1] and hot ages >= 1, got %d, %v and %d", cfg.Relays, cfg.Hold, cfg.HotAges)
 	}
 	s := &sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		t0: time.Unix(1_800_000_000, 0), abusiveIdx: map[string]int{}, lostAbusive: make([]float64, cfg.Abusive)}
@@ -142,9 +149,15 @@ func Run(cfg Config) (Result, error) {
 		s.nodes[i] = &node{table: t, enc: gossip.Encoder{Node: uint64(i) + 1, MaxPacket: gossip.DefaultMaxPacket},
 			phase: i * stepsPerInterval / cfg.Nodes}
 	}
+	if s.cfg.RelayEvery <= 0 {
+		s.cfg.RelayEvery = cfg.Interval
+	}
 	s.design = mk(s)
 	return s.run(), nil
 }
+
+// ticker is a design with something to do at every step.
+type ticker interface{ tick(step int, now time.Time) }
 
 // now is the fake clock.
 func (s *sim) now() time.Time { return s.t0.Add(time.Duration(s.step) * s.cfg.Step) }
@@ -190,7 +203,7 @@ func (s *sim) run() Result {
 			rank := int(zipf.Uint64())
 			ok := s.nodes[s.rng.IntN(len(s.nodes))].table.Allow(now, tag(rank))
 			if f := sample[rank]; f != nil {
-				f.observe(now, s.step, ok, cfg.Rate, float64(cfg.Burst))
+				f.observe(now, s.step, ok, cfg.Rate, float64(cfg.Burst), float64(cfg.threshold()-1))
 			}
 		}
 		abusiveDue += abusivePerStep
@@ -209,6 +222,9 @@ func (s *sim) run() Result {
 				s.design.report(i, now)
 				n.cpu += time.Since(start)
 			}
+		}
+		if t, ok := s.design.(ticker); ok {
+			t.tick(s.step, now)
 		}
 		// What was sent this step arrives at the next: the delivery delay
 		// is one step.
