@@ -67,13 +67,14 @@ type Config struct {
 // Default returns the standard load for n nodes: a million Zipf (s 1.1)
 // clients, 100 ordinary requests per node per second, four abusive clients
 // at 10x a limit of 10 per second with a burst of 20, reports every second,
-// two relays, a hold-back threshold of half the burst.
+// two relays, a hold-back threshold of half the burst, tags hot for two
+// hold ages.
 func Default(n int) Config {
 	return Config{
 		Nodes: n, Design: "today", Duration: 20 * time.Second, Seed: 1,
 		Clients: 1_000_000, ZipfS: 1.1, NodeRate: 100, Abusive: 4, AbuseFactor: 10, Sample: 200,
 		Rate: 10, Burst: 20, Interval: time.Second, Step: 10 * time.Millisecond,
-		Relays: 2, Hold: 0.5, HotAges: 1,
+		Relays: 2, Hold: 0.5, HotAges: 2,
 	}
 }
 
