@@ -10,7 +10,9 @@ import (
 
 func TestWarmStartFromAPeer(t *testing.T) {
 	mem := gossip.NewMemNetwork(gossip.MemConfig{}, time.Now)
-	cfg := base + "[gossip]\npeers = [\"mem:1\"]\ninterval = \"20ms\"\n"
+	// b waits two intervals for answers: long enough for a's to arrive on
+	// a busy machine.
+	cfg := base + "[gossip]\npeers = [\"mem:1\"]\ninterval = \"200ms\"\n"
 	a := start(t, cfg, func(config.Gossip) (gossip.Transport, error) { return mem.Join("a"), nil })
 	if got := a.ask(t, "x", "x", "x"); got != "OK OK OK" {
 		t.Fatalf("a: %q", got)
