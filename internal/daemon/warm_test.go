@@ -36,7 +36,7 @@ func TestWarmStartFromAPeer(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if got := b.ask(t, "x"); got != "NO" {
-		t.Fatalf("b answers %q for a tag a spent before b started; want NO", got)
+		t.Fatalf("b answers %q for a tag a spent before b started; want NO (b's warm stats %+v, a's %+v; b's node %+v)", got, b.WarmStats(), a.WarmStats(), b.gossip.node.Stats())
 	}
 	ws := b.WarmStats()
 	if ws.RequestsSent == 0 || ws.PeersAnswered != 1 || ws.TagsAdopted != 1 {
