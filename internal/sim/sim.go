@@ -14,6 +14,7 @@ package sim
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -59,6 +60,9 @@ func Default(n int) Config {
 // Designs names the reporting designs and says what each does.
 var Designs = map[string]string{
 	"today": "every node sends all its hits of the interval to every other node (multicast), each applies all",
+	"owner": "each tag has an owner (a hash over the nodes): a node sends its hits of a tag to the tag's owner only; " +
+		"the owner, whose bucket then counts every node's hits, sends the tags below half their burst, with their level, " +
+		"back to the nodes that reported them, which take the lower bucket",
 }
 
 // Result is what a simulation measured. Per-node figures are per second
@@ -90,13 +94,17 @@ type node struct {
 	recvBytes, recvN int
 	remoteHits       int
 	applyCPU         time.Duration
+	// owner design: who reported which owned tag since the last update
+	reporters map[string]map[int]bool
 }
 
-// datagram is one report as the receivers see it, decoded once.
+// datagram is one report as the receivers see it, decoded once. to is
+// -1 for every other node (multicast), else the one receiver.
 type datagram struct {
-	from  int
-	bytes int
-	hits  []bucket.Hit
+	from, to int
+	bytes    int
+	hits     []bucket.Hit
+	levels   []bucket.Level
 }
 
 // Run simulates cfg.
@@ -117,7 +125,7 @@ func Run(cfg Config) (Result, error) {
 			return Result{}, err
 		}
 		nodes[i] = &node{table: t, enc: gossip.Encoder{Node: uint64(i) + 1, MaxPacket: gossip.DefaultMaxPacket},
-			phase: cfg.Interval * time.Duration(i) / time.Duration(cfg.Nodes)}
+			phase: cfg.Interval * time.Duration(i) / time.Duration(cfg.Nodes), reporters: map[string]map[int]bool{}}
 	}
 	tags := make([][]byte, 0, 1024) // client rank -> tag, made as needed
 	tag := func(rank int) []byte {
@@ -151,7 +159,7 @@ func Run(cfg Config) (Result, error) {
 		// Deliver what was sent a step ago: the delivery delay is one step.
 		for _, d := range inFlight {
 			for j, n := range nodes {
-				if j == d.from {
+				if j == d.from || (d.to >= 0 && j != d.to) {
 					continue
 				}
 				if cfg.Loss > 0 && rng.Float64() < cfg.Loss {
@@ -160,10 +168,25 @@ func Run(cfg Config) (Result, error) {
 				}
 				n.recvBytes += d.bytes
 				n.recvN++
-				n.remoteHits += len(d.hits)
+				n.remoteHits += len(d.hits) + len(d.levels)
 				start := time.Now()
-				n.table.SpendBatch(now, d.hits)
+				if len(d.hits) > 0 {
+					n.table.SpendBatch(now, d.hits)
+				}
+				if len(d.levels) > 0 {
+					n.table.Merge(now, 0, d.levels)
+				}
 				n.applyCPU += time.Since(start)
+				if cfg.Design == "owner" && len(d.hits) > 0 {
+					for _, h := range d.hits {
+						r := n.reporters[h.Key]
+						if r == nil {
+							r = map[int]bool{}
+							n.reporters[h.Key] = r
+						}
+						r[d.from] = true
+					}
+				}
 			}
 		}
 		inFlight = inFlight[:0]
@@ -195,24 +218,11 @@ func Run(cfg Config) (Result, error) {
 				continue
 			}
 			n.drained = n.table.Drain(n.drained[:0])
-			hits := make([]gossip.Hit, len(n.drained))
-			for k, h := range n.drained {
-				hits[k] = gossip.Hit(h)
+			if cfg.Design == "owner" {
+				inFlight = n.reportToOwners(i, now, len(nodes), inFlight, cfg)
+				continue
 			}
-			n.enc.Encode(now, hits, func(pkt []byte) error {
-				m, err := gossip.Decode(pkt, nil)
-				if err != nil {
-					return err
-				}
-				d := datagram{from: i, bytes: len(pkt), hits: make([]bucket.Hit, len(m.Hits))}
-				for k, h := range m.Hits {
-					d.hits[k] = bucket.Hit(h)
-				}
-				n.sentBytes += len(pkt)
-				n.sentN++
-				inFlight = append(inFlight, d)
-				return nil
-			})
+			inFlight = n.send(i, -1, now, n.drained, inFlight)
 		}
 	}
 
@@ -267,6 +277,102 @@ func Run(cfg Config) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// send encodes hits with the real encoder as datagrams to node to (-1:
+// every other node), decodes each once, and queues it.
+func (n *node) send(from, to int, now time.Time, hits []bucket.Hit, out []datagram) []datagram {
+	if len(hits) == 0 && to >= 0 {
+		return out
+	}
+	gh := make([]gossip.Hit, len(hits))
+	for k, h := range hits {
+		gh[k] = gossip.Hit(h)
+	}
+	n.enc.Encode(now, gh, func(pkt []byte) error {
+		m, err := gossip.Decode(pkt, nil)
+		if err != nil {
+			return err
+		}
+		d := datagram{from: from, to: to, bytes: len(pkt), hits: make([]bucket.Hit, len(m.Hits))}
+		for k, h := range m.Hits {
+			d.hits[k] = bucket.Hit(h)
+		}
+		n.sentBytes += len(pkt)
+		n.sentN++
+		out = append(out, d)
+		return nil
+	})
+	return out
+}
+
+// reportToOwners is the owner design's report: the drained hits go to
+// each tag's owner (its own tags stay here: its bucket already counts
+// them), and for the tags it owns that were served or reported since its
+// last report, those below half their burst go back, with their level, to
+// the nodes that reported them.
+func (n *node) reportToOwners(self int, now time.Time, nodes int, out []datagram, cfg Config) []datagram {
+	byOwner := map[int][]bucket.Hit{}
+	for _, h := range n.drained {
+		o := owner(h.Key, nodes)
+		if o == self {
+			r := n.reporters[h.Key]
+			if r == nil {
+				n.reporters[h.Key] = map[int]bool{}
+			}
+			continue
+		}
+		byOwner[o] = append(byOwner[o], h)
+	}
+	for _, o := range slices.Sorted(maps.Keys(byOwner)) {
+		out = n.send(self, o, now, byOwner[o], out)
+	}
+	updates := map[int][]bucket.Level{}
+	for _, key := range slices.Sorted(maps.Keys(n.reporters)) {
+		st, err := n.table.Peek(now, key)
+		if err == nil && st.Tokens < float64(cfg.Burst)/2 {
+			for to := range n.reporters[key] {
+				updates[to] = append(updates[to], bucket.Level{Key: []byte(key), Tokens: st.Tokens})
+			}
+		}
+	}
+	clear(n.reporters)
+	for _, to := range slices.Sorted(maps.Keys(updates)) {
+		levels := updates[to]
+		gl := make([]gossip.Level, len(levels))
+		for k, l := range levels {
+			gl[k] = gossip.Level(l)
+		}
+		for len(gl) > 0 {
+			size := 0
+			packed, _, _ := n.enc.EncodeSnapshot(now, uint64(to)+1, gl, true, func(pkt []byte) error {
+				size = len(pkt)
+				return nil
+			})
+			if packed == 0 {
+				break
+			}
+			n.sentBytes += size
+			n.sentN++
+			d := datagram{from: self, to: to, bytes: size, levels: make([]bucket.Level, packed)}
+			for k := range packed {
+				d.levels[k] = bucket.Level(gl[k])
+			}
+			out = append(out, d)
+			gl = gl[packed:]
+		}
+	}
+	return out
+}
+
+// owner is the node that owns key: an FNV-1a hash over the nodes.
+func owner(key string, nodes int) int {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 1099511628211
+	}
+	return int(h % uint64(nodes))
 }
 
 // follow is what a sampled ordinary client asked and got, beside what one
