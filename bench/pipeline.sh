@@ -4,6 +4,8 @@
 # to wrk with 64 concurrent keep-alive connections, through
 #   nginx-off        nginx alone
 #   nginx-auth       contrib/nginx/dthrottle.conf: auth_request to the HTTP endpoint
+#   nginx-lua        contrib/nginx/dthrottle-lua.conf: Lua, a pool of kept-alive
+#                    connections per worker, one request on each at a time
 #   nginx-pipeline   contrib/nginx/dthrottle-pipeline.conf: Lua, one pipelined
 #                    connection per worker to the line protocol
 #   haproxy-off      HAProxy alone
@@ -28,7 +30,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5s}
 CONNS=${CONNS:-64}
-BASE=${BASE:-28180} # ports BASE to BASE+9 on 127.0.0.1, below the ephemeral range
+BASE=${BASE:-28180} # ports BASE+1 to BASE+9 on 127.0.0.1, below the ephemeral range
 
 for tool in /usr/sbin/nginx /usr/sbin/haproxy wrk curl; do
 	command -v "$tool" >/dev/null || { echo "pipeline.sh: $tool not found (apt-get install -y nginx libnginx-mod-http-lua haproxy wrk curl)" >&2; exit 1; }
@@ -93,6 +95,15 @@ http {
 NGINX
 /usr/sbin/nginx -p "$tmp" -c "$tmp/nginx.conf" -g 'daemon off;' 2>"$tmp/nginx.log" &
 pids+=($!)
+# nginx-lua on BASE+7: its own nginx, as both Lua files set lua_package_path.
+mkdir -m 755 "$tmp/lua"
+sed -e "s|/etc/nginx/dthrottle/|$PWD/contrib/nginx/|" -e "s|/run/dthrottle/dthrottle.sock|$tmp/d.sock|" \
+	contrib/nginx/dthrottle-lua.conf >"$tmp/lua/dthrottle-lua.conf"
+sed -e "s|pid $tmp/nginx.pid;|pid $tmp/lua/nginx.pid;|" -e "s|error_log $tmp/nginx-error.log;|error_log $tmp/lua/error.log;|" \
+	-e "/include /d" -e "s|listen 127.0.0.1:$((BASE + 1)); root $tmp/www; location / {|listen 127.0.0.1:$((BASE + 7)); root $tmp/www; location / { access_by_lua_block { require(\"dthrottle\").access(ngx.var.remote_addr) }|" \
+	-e "s|^}$|    include $tmp/lua/dthrottle-lua.conf;\n}|" "$tmp/nginx.conf" >"$tmp/lua/nginx.conf"
+/usr/sbin/nginx -p "$tmp/lua" -c "$tmp/lua/nginx.conf" -g 'daemon off;' 2>"$tmp/nginx-lua.log" &
+pids+=($!)
 
 # HAProxy: BASE+4 off, BASE+5 a connection per request, BASE+6 kept
 # connections; two processes, each with its own two threads, as shipped.
@@ -111,8 +122,8 @@ pids+=($!)
 /usr/sbin/haproxy -db -f "$tmp/haproxy-pool.cfg" >"$tmp/haproxy-pool.log" 2>&1 &
 pids+=($!)
 
-names=(nginx-off nginx-auth nginx-pipeline haproxy-off haproxy-conn haproxy-pool)
-ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 3)) $((BASE + 4)) $((BASE + 5)) $((BASE + 6)))
+names=(nginx-off nginx-auth nginx-lua nginx-pipeline haproxy-off haproxy-conn haproxy-pool)
+ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 7)) $((BASE + 3)) $((BASE + 4)) $((BASE + 5)) $((BASE + 6)))
 for port in "${ports[@]}"; do
 	for _ in $(seq 100); do
 		curl -s -o /dev/null "http://127.0.0.1:$port/hello.txt" && break
