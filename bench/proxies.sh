@@ -4,7 +4,8 @@
 # side by side in one run. For each proxy two servers run at once on their
 # own loopback ports: "off", the proxy alone, and "on", the ready-to-copy
 # configuration of contrib/ (nginx auth_request and Caddy forward_auth to
-# the HTTP decision endpoint, HAProxy's Lua action over the Unix socket),
+# the HTTP decision endpoint; nginx's Lua module and HAProxy's Lua action
+# over the Unix socket),
 # every request spending a token of a tag that is never exhausted (burst
 # 1,000,000, rate 1e9). Runs are interleaved (nginx off, nginx on, caddy
 # off, ...) so the machine's load falls on all alike. Printed: requests/s
@@ -22,10 +23,10 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5s}
 CONNS=${CONNS:-64}
-BASE=${BASE:-38080} # the ports used: BASE to BASE+7, on 127.0.0.1
+BASE=${BASE:-38080} # the ports used: BASE to BASE+8, on 127.0.0.1
 
 for tool in /usr/sbin/nginx caddy /usr/sbin/haproxy wrk; do
-	command -v "$tool" >/dev/null || { echo "proxies.sh: $tool not found (apt-get install -y nginx caddy haproxy wrk)" >&2; exit 1; }
+	command -v "$tool" >/dev/null || { echo "proxies.sh: $tool not found (apt-get install -y nginx libnginx-mod-http-lua caddy haproxy wrk)" >&2; exit 1; }
 done
 
 tmp=$(mktemp -d /tmp/dthrottle-proxies.XXXXXX)
@@ -57,11 +58,16 @@ TOML
 "$tmp/dthrottled" -config "$tmp/dthrottle.toml" 2>"$tmp/dthrottled.log" &
 pids+=($!)
 
-# Ports: nginx BASE+1 (off) BASE+2 (on), caddy BASE+3 BASE+4 (fail-open
-# BASE+5), haproxy BASE+6 BASE+0; dthrottled's HTTP endpoint BASE+7.
+# Ports: nginx BASE+1 (off) BASE+2 (on, auth_request) BASE+8 (on, Lua),
+# caddy BASE+3 BASE+4 (fail-open BASE+5), haproxy BASE+6 BASE+0;
+# dthrottled's HTTP endpoint BASE+7.
 sed -e "s|listen 8080;|listen 127.0.0.1:$((BASE + 2));|" -e "s|root /var/www/html;|root $tmp/www;|" \
 	-e "s|server 127.0.0.1:7072;|server 127.0.0.1:$((BASE + 7));|" contrib/nginx/dthrottle.conf >"$tmp/nginx-on.conf"
+sed -e "s|/etc/nginx/dthrottle/|$PWD/contrib/nginx/|" -e "s|unix:/run/dthrottle/dthrottle.sock|unix:$tmp/d.sock|" \
+	-e "s|rate = 1,|rate = 1e9,|" -e "s|burst = 20,|burst = 1000000,|" contrib/nginx/dthrottle-lua.conf >"$tmp/nginx-lua.conf"
 cat >"$tmp/nginx.conf" <<NGINX
+load_module /usr/lib/nginx/modules/ndk_http_module.so;
+load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
 worker_processes 1;
 error_log $tmp/nginx-error.log;
 pid $tmp/nginx.pid;
@@ -75,6 +81,15 @@ http {
     scgi_temp_path $tmp/tmp/scgi;
     server { listen 127.0.0.1:$((BASE + 1)); root $tmp/www; location / { try_files \$uri =404; } }
     include $tmp/nginx-on.conf;
+    include $tmp/nginx-lua.conf;
+    server {
+        listen 127.0.0.1:$((BASE + 8));
+        root $tmp/www;
+        location / {
+            access_by_lua_block { require("dthrottle").access(ngx.var.remote_addr) }
+            try_files \$uri =404;
+        }
+    }
 }
 NGINX
 /usr/sbin/nginx -p "$tmp" -c "$tmp/nginx.conf" -g 'daemon off;' 2>"$tmp/nginx.log" &
@@ -105,7 +120,7 @@ HAPROXY
 /usr/sbin/haproxy -db -f "$tmp/haproxy.cfg" >"$tmp/haproxy.log" 2>&1 &
 pids+=($!)
 
-for port in $((BASE + 1)) $((BASE + 2)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0)); do
+for port in $((BASE + 1)) $((BASE + 2)) $((BASE + 8)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0)); do
 	for _ in $(seq 100); do
 		curl -s -o /dev/null "http://127.0.0.1:$port/hello.txt" && break
 		sleep 0.1
@@ -114,8 +129,8 @@ for port in $((BASE + 1)) $((BASE + 2)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)
 	[ "$code" = 200 ] || { echo "proxies.sh: port $port answers $code" >&2; tail "$tmp"/*.log >&2; exit 1; }
 done
 
-names=(nginx-off nginx-on caddy-off caddy-on haproxy-off haproxy-on)
-ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0)))
+names=(nginx-off nginx-on nginx-lua caddy-off caddy-on haproxy-off haproxy-on)
+ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 8)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0)))
 echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); wrk -t2 -c$CONNS -d$DURATION --latency"
 for r in $(seq "$ROUNDS"); do
 	for i in "${!names[@]}"; do
@@ -130,10 +145,11 @@ done
 echo
 echo "| proxy | off req/s (median) | on req/s (median) | on/off | p99 off / on (median) |"
 echo "|---|---|---|---|---|"
-for p in nginx caddy haproxy; do
-	awk -v p="$p" '
-		$1 == p "-off" { off[++n] = $2; poff[n] = $3 }
-		$1 == p "-on"  { on[++m] = $2;  pon[m] = $3 }
+for row in "nginx, auth_request:nginx-off:nginx-on" "nginx, Lua:nginx-off:nginx-lua" "caddy:caddy-off:caddy-on" "haproxy:haproxy-off:haproxy-on"; do
+	IFS=: read -r p offn onn <<<"$row"
+	awk -v p="$p" -v offn="$offn" -v onn="$onn" '
+		$1 == offn { off[++n] = $2; poff[n] = $3 }
+		$1 == onn  { on[++m] = $2;  pon[m] = $3 }
 		function median(a, k,   i, j, t) {
 			for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
 			return a[int((k + 1) / 2)]

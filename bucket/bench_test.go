@@ -110,17 +110,30 @@ func BenchmarkAllowParallel(b *testing.B) {
 }
 
 // BenchmarkSpend applies one remote hit to a tag already tracked, one
-// call per hit (BenchmarkSpendReport compares whole reports).
+// call per hit (BenchmarkSpendReport compares whole reports): the branch
+// that adds one token's time to the bucket. The clock moves one token's
+// time per hit, so the buckets stay clear of the cap on debt.
 func BenchmarkSpend(b *testing.B) {
 	const n = 10000
-	tb := newTestTable(b, Policy{Rate: 1e6, Burst: 1000}, n)
+	tb := newTestTable(b, Policy{Rate: 1e6, Burst: 1000}, 2*n)
 	keys := make([]string, n)
 	for i, tag := range benchTags(n) {
 		keys[i] = string(tag)
 	}
-	now := time.Now()
+	now := time.Unix(1e9, 0)
+	for _, k := range keys {
+		tb.Spend(now, k, 1)
+	}
 	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		tb.Spend(now, keys[i%n], 1)
+	i := 0
+	for b.Loop() {
+		now = now.Add(time.Microsecond)
+		tb.Spend(now, keys[i], 1)
+		if i++; i == n {
+			i = 0
+		}
+	}
+	if st := tb.Stats(); st.Tags != n {
+		b.Fatalf("%d tags tracked, want %d: the hits did not all go to tracked tags", st.Tags, n)
 	}
 }

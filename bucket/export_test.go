@@ -192,6 +192,9 @@ func TestExportMergeRoundTrip(t *testing.T) {
 	}
 }
 
+// BenchmarkExport is Export over a million tracked tags, every one below
+// its burst, so that every tag is written out: the cost of a snapshot on
+// the table's side. It reports the time per exported tag.
 func BenchmarkExport(b *testing.B) {
 	tb := newTestTable(b, Policy{Rate: 1, Burst: 10}, 2<<20)
 	for i := range 1 << 20 {
@@ -209,6 +212,9 @@ func BenchmarkExport(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N<<20), "ns/tag")
 }
 
+// BenchmarkMerge is Merge of a million levels into an empty table: every
+// level is a new tag (the insert branch), as when a restarted daemon is
+// warmed by a peer. It reports the time per merged tag.
 func BenchmarkMerge(b *testing.B) {
 	from := newTestTable(b, Policy{Rate: 1, Burst: 10}, 2<<20)
 	for i := range 1 << 20 {

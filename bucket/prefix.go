@@ -9,7 +9,8 @@ import "sort"
 // sharing its first byte, costs one step.
 //
 // The trie is flat: node i's children are edges[nodes[i].first :
-// nodes[i].first+nodes[i].n], sorted by byte. It is built once per policy
+// nodes[i].first+nodes[i].n], sorted by byte, and the nodes are laid out
+// breadth first, so the ones every lookup visits first sit together. It is built once per policy
 // set and only read after, so it is safe for concurrent use.
 type prefixIndex struct {
 	nodes []trieNode
@@ -28,50 +29,45 @@ type trieEdge struct {
 }
 
 // newPrefixIndex indexes the prefixes of set[1:] (set[0], the default,
-// has none).
+// has none). It builds the trie breadth first from the prefixes in sorted
+// order, where the prefixes below a node are a run and the ones below
+// each of its children are runs within it: no recursion however long a
+// prefix, and memory in proportion to the trie it builds.
 func newPrefixIndex(set policySet) *prefixIndex {
-	// Build a pointer trie, then lay it out flat, children in byte order.
-	type node struct {
-		policy int
-		kids   map[byte]*node
-	}
-	root := &node{}
+	order := make([]int, 0, len(set)-1) // policy indexes, by prefix
 	for i := 1; i < len(set); i++ {
-		n := root
-		for _, b := range []byte(set[i].Prefix) {
-			next := n.kids[b]
-			if next == nil {
-				if n.kids == nil {
-					n.kids = map[byte]*node{}
-				}
-				next = &node{}
-				n.kids[b] = next
+		order = append(order, i)
+	}
+	sort.Slice(order, func(a, b int) bool { return set[order[a]].Prefix < set[order[b]].Prefix })
+	prefix := func(k int) string { return set[order[k]].Prefix }
+
+	// Node i of the trie stands for the bytes its prefixes share, depth
+	// long: the run [lo, hi) of order.
+	type span struct{ lo, hi, depth int }
+	spans := []span{{0, len(order), 0}}
+	x := &prefixIndex{nodes: []trieNode{{}}}
+	for i := 0; i < len(spans); i++ {
+		sp := spans[i]
+		lo := sp.lo
+		if lo < sp.hi && len(prefix(lo)) == sp.depth {
+			// The prefix that ends here sorts first in its run.
+			x.nodes[i].policy = uint16(order[lo])
+			lo++
+		}
+		x.nodes[i].first = uint32(len(x.edges))
+		for lo < sp.hi {
+			b := prefix(lo)[sp.depth]
+			hi := lo + 1
+			for hi < sp.hi && prefix(hi)[sp.depth] == b {
+				hi++
 			}
-			n = next
+			x.edges = append(x.edges, trieEdge{b: b, next: uint32(len(x.nodes))})
+			x.nodes = append(x.nodes, trieNode{})
+			spans = append(spans, span{lo, hi, sp.depth + 1})
+			x.nodes[i].n++
+			lo = hi
 		}
-		n.policy = i
 	}
-	x := &prefixIndex{}
-	var place func(n *node) uint32
-	place = func(n *node) uint32 {
-		id := uint32(len(x.nodes))
-		x.nodes = append(x.nodes, trieNode{policy: uint16(n.policy)})
-		keys := make([]byte, 0, len(n.kids))
-		for b := range n.kids {
-			keys = append(keys, b)
-		}
-		sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-		first := uint32(len(x.edges))
-		x.nodes[id].first, x.nodes[id].n = first, uint16(len(keys))
-		for _, b := range keys {
-			x.edges = append(x.edges, trieEdge{b: b})
-		}
-		for i, b := range keys {
-			x.edges[first+uint32(i)].next = place(n.kids[b])
-		}
-		return id
-	}
-	place(root)
 	return x
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -120,6 +121,63 @@ func BenchmarkPolicyMatch(b *testing.B) {
 					linearMatch(set, tag)
 				}
 			})
+		}
+	}
+}
+
+// TestPrefixIndexSize builds the index of many prefixes, one of them very
+// long: it holds one node per distinct leading part of a prefix (and the
+// root), nothing more, and still finds the longest prefix at the end of
+// the long one.
+func TestPrefixIndexSize(t *testing.T) {
+	long := strings.Repeat("x", 200000)
+	prefixes := []string{long, long[:1000] + "y", "a"}
+	for i := range 5000 {
+		prefixes = append(prefixes, fmt.Sprintf("p%d:", i))
+	}
+	set, err := newPolicySet(Policy{Rate: 1, Burst: 1}, prefixPolicies(prefixes), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The long prefix has as many leading parts as bytes, and the one
+	// that branches off it adds one; count the short ones' parts.
+	parts := map[string]bool{}
+	for _, p := range prefixes[2:] {
+		for n := 1; n <= len(p); n++ {
+			parts[p[:n]] = true
+		}
+	}
+	want := len(long) + 1 + len(parts)
+	x := set[0].index
+	if len(x.nodes) != want+1 || len(x.edges) != want {
+		t.Fatalf("%d nodes and %d edges for %d leading parts of prefixes", len(x.nodes), len(x.edges), want)
+	}
+	for _, tc := range []struct{ tag, want string }{
+		{long + "z", long},
+		{long[:199999], ""},
+		{long[:1000] + "yz", long[:1000] + "y"},
+		{"p4999:1", "p4999:"},
+		{"p4999", ""},
+		{"abc", "a"},
+	} {
+		if got := set[match(set, tc.tag)].Prefix; got != tc.want {
+			t.Errorf("tag %.20q... (%d bytes) matched %.20q, want %.20q", tc.tag, len(tc.tag), got, tc.want)
+		}
+	}
+}
+
+// BenchmarkNewPolicySet is building the policies, their index included,
+// as New and every Reconfigure do, for 10,000 prefix policies.
+func BenchmarkNewPolicySet(b *testing.B) {
+	prefixes := make([]string, 10000)
+	for i := range prefixes {
+		prefixes[i] = fmt.Sprintf("tenant-%d:203.0.113.", i)
+	}
+	ps := prefixPolicies(prefixes)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := newPolicySet(Policy{Rate: 1, Burst: 1}, ps, nil); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -66,27 +66,30 @@ func filledQueries(b *testing.B, n int) (*Table, [][]byte) {
 // BenchmarkDecision is one decision on a tag already tracked, asked in
 // random order over tags of realistic length: the cost the table adds to
 // a query, by the number of tags tracked. Every query is served (burst a
-// million): it times the served branch.
+// million): it times the served branch, and served/op shows it.
 func BenchmarkDecision(b *testing.B) {
 	for _, n := range scaleSizes {
 		b.Run(strconv.Itoa(n)+"tags", func(b *testing.B) {
 			tb, queries := filledQueries(b, n)
 			now := time.Now()
 			b.ReportAllocs()
-			i := 0
+			ok, i := 0, 0
 			for b.Loop() {
-				tb.Allow(now, queries[i])
+				if tb.Allow(now, queries[i]) {
+					ok++
+				}
 				if i++; i == n {
 					i = 0
 				}
 			}
+			served(b, ok, b.N)
 		})
 	}
 }
 
 // BenchmarkDecisionBatch is BenchmarkDecision through AllowBatch, 64
-// queries at a time as a pipelining client sends them, served branch. One
-// op is one decision.
+// queries at a time as a pipelining client sends them, served branch
+// (served/op shows it). One op is one decision.
 func BenchmarkDecisionBatch(b *testing.B) {
 	const batch = 64
 	for _, n := range scaleSizes {
@@ -96,13 +99,22 @@ func BenchmarkDecisionBatch(b *testing.B) {
 			now := time.Now()
 			b.ReportAllocs()
 			b.ResetTimer()
+			yes, all := 0, 0
 			for i := 0; i < b.N; i += batch {
 				j := i % (n - n%batch + batch)
 				if j+batch > n {
 					j = 0
 				}
 				tb.AllowBatch(now, queries[j:j+batch], ok)
+				for _, o := range ok {
+					if o {
+						yes++
+					}
+				}
+				all += batch
 			}
+			b.StopTimer()
+			served(b, yes, all)
 		})
 	}
 }

@@ -15,8 +15,8 @@ var spendAheadSlots int64 = 1 << 12
 // SpendBatch applies a peer's report at now: the same as calling Spend for
 // each hit in order, but it takes each shard's lock once for all of the
 // pass's hits in that shard, and at a large table asks the memory for the
-// next hits' entries while it applies one. Hits with an empty key or no
-// count are ignored. It does not retain hits.
+// next hits' entries while it applies one. Hits Spend ignores (an empty
+// or overlong key, no count) are ignored. It does not retain hits.
 func (t *Table) SpendBatch(now time.Time, hits []Hit) {
 	ns := now.UnixNano()
 	for len(hits) > 0 {
@@ -39,7 +39,7 @@ func (t *Table) spendBatch(ns int64, hits []Hit) {
 	)
 	n := 0
 	for j, h := range hits {
-		if h.Key == "" || h.Count == 0 {
+		if !spendable(h.Key, h.Count) {
 			continue
 		}
 		hs[j] = maphash.String(t.seed, h.Key)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -115,5 +116,41 @@ func BenchmarkSpendReport(b *testing.B) {
 			}
 		})
 		run("batch", tb.SpendBatch)
+	}
+}
+
+// TestSpendOverlongKey: a table takes MaxTagBytes up to MaxTagBytesLimit
+// and no more; at the limit, a tag longer than it is served under its
+// digest key, a key of the longest length any table keeps is spent from,
+// and a longer key, which no table keeps, is ignored by Spend and
+// SpendBatch alike.
+func TestSpendOverlongKey(t *testing.T) {
+	def := Policy{Rate: 1, Burst: 2}
+	if _, err := New(Config{Default: def, MaxTags: 10, MaxTagBytes: MaxTagBytesLimit + 1}); err == nil {
+		t.Fatalf("New took MaxTagBytes %d, over the limit", MaxTagBytesLimit+1)
+	}
+	tb, err := New(Config{Default: def, MaxTags: 10, MaxTagBytes: MaxTagBytesLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := []byte(strings.Repeat("t", 3*MaxTagBytesLimit))
+	if !tb.Allow(at(0), tag) {
+		t.Fatal("a long tag's first query refused")
+	}
+	if key := tb.Key(tag); len(key) != MaxTagBytesLimit+1 {
+		t.Fatalf("the long tag's key is %d bytes, want %d", len(key), MaxTagBytesLimit+1)
+	}
+	tb.Spend(at(0), tb.Key(tag), 1)
+	if tb.Allow(at(0), tag) {
+		t.Fatal("a remote hit on the long tag's key was not spent")
+	}
+	over := strings.Repeat("k", 2*MaxTagBytesLimit)
+	tb.Spend(at(0), over, 1)
+	tb.SpendBatch(at(0), []Hit{{Key: over, Count: 1}, {Key: "short", Count: 2}})
+	if st := tb.Stats(); st.Tags != 2 {
+		t.Fatalf("%d tags tracked, want 2 (the long tag and \"short\")", st.Tags)
+	}
+	if _, err := tb.Peek(at(0), over); err != ErrUnknownTag {
+		t.Fatalf("the overlong key is tracked (%v)", err)
 	}
 }

@@ -44,6 +44,10 @@ const (
 	// MinTagBytes is the least MaxTagBytes: a digest key is the tag's
 	// first MaxTagBytes-31 bytes and 32 bytes of SHA-256.
 	MinTagBytes = 64
+	// MaxTagBytesLimit is the most MaxTagBytes: the largest record the
+	// arena makes holds a digest key at this, MaxTagBytesLimit+1 bytes,
+	// the longest key any table keeps.
+	MaxTagBytesLimit = 1 << 16
 	// MaxPolicies is the most prefix policies a table holds: a record
 	// keeps its policy's index, the default's included, in 16 bits.
 	MaxPolicies = math.MaxUint16 - 1
@@ -57,8 +61,8 @@ type Config struct {
 	// evicts the least harmful entry (see Stats.Evictions).
 	MaxTags int
 	// MaxTagBytes is the longest tag kept verbatim; a longer one is keyed by
-	// its first MaxTagBytes-31 bytes and a SHA-256 of the whole tag. At
-	// least MinTagBytes.
+	// its first MaxTagBytes-31 bytes and a SHA-256 of the whole tag. From
+	// MinTagBytes to MaxTagBytesLimit.
 	MaxTagBytes int
 }
 
@@ -152,8 +156,8 @@ func checkConfig(cfg Config, old policySet) (policySet, error) {
 	if cfg.MaxTags < 1 {
 		return nil, fmt.Errorf("bucket: max tags must be >= 1, got %d", cfg.MaxTags)
 	}
-	if cfg.MaxTagBytes < MinTagBytes {
-		return nil, fmt.Errorf("bucket: max tag bytes must be >= %d, got %d", MinTagBytes, cfg.MaxTagBytes)
+	if cfg.MaxTagBytes < MinTagBytes || cfg.MaxTagBytes > MaxTagBytesLimit {
+		return nil, fmt.Errorf("bucket: max tag bytes must be between %d and %d, got %d", MinTagBytes, MaxTagBytesLimit, cfg.MaxTagBytes)
 	}
 	return newPolicySet(cfg.Default, cfg.Policies, old)
 }
@@ -250,10 +254,11 @@ func (t *Table) AllowNow(tag []byte) bool { return t.Allow(time.Now(), tag) }
 // Spend subtracts hits that a peer served for key at now. A key the table
 // does not track starts from a full bucket first. The bucket may go below
 // zero: that debt is what makes every node reflect the tag's global count.
-// Keys of allow and deny policies are ignored. Spend takes keys as Drain
-// returns them (long tags already digested).
+// Keys of allow and deny policies are ignored, and so are keys longer
+// than any table keeps (MaxTagBytesLimit+1 bytes). Spend takes keys as
+// Drain returns them (long tags already digested).
 func (t *Table) Spend(now time.Time, key string, hits uint32) {
-	if key == "" || hits == 0 {
+	if !spendable(key, hits) {
 		return
 	}
 	ns := now.UnixNano()
@@ -388,6 +393,12 @@ func (t *Table) Key(tag []byte) string {
 func (t *Table) shardFor(key string) (uint64, *shard) {
 	h := maphash.String(t.seed, key)
 	return h, &t.shards[h>>t.shift]
+}
+
+// spendable reports whether Spend applies hits for key: a key no table
+// could keep has no bucket to spend from.
+func spendable(key string, hits uint32) bool {
+	return key != "" && len(key) <= MaxTagBytesLimit+1 && hits != 0
 }
 
 // bytesOf views s as bytes without copying, for lookups that neither

@@ -35,8 +35,11 @@ const (
 	maxIfName      = 15  // IFNAMSIZ less the final NUL
 )
 
-// The user-facing bound must lie within the wire format's.
-var _ [gossip.MaxPacket - maxMaxPacket]struct{}
+// The user-facing bounds must lie within the wire format's and the table's.
+var (
+	_ [gossip.MaxPacket - maxMaxPacket]struct{}
+	_ [bucket.MaxTagBytesLimit - maxMaxTagBytes]struct{}
+)
 
 // Validate checks every value of c and returns an *Error for the first bad
 // one, naming the key, its value and its allowed range, such as

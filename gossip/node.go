@@ -244,7 +244,9 @@ func (n *Node) Report(now time.Time) error {
 // (Config.Since) is stale, so a restarted node never applies what its
 // former self may have applied; and one sent longer ago than the node
 // remembers silent peers (100 silence timeouts) is stale too, so a
-// forgotten peer's datagrams cannot be replayed. Both compare the sender's
+// forgotten peer's datagrams cannot be replayed (the first rule does not
+// apply to answers to this node's own snapshot request, which name this
+// start's node id). Both compare the sender's
 // clock with ours: a peer whose clock is behind by d loses its datagrams
 // for the first d after we start, which is why clocks should be synced.
 func (n *Node) Receive(p Packet) {
@@ -278,7 +280,12 @@ func (n *Node) Receive(p Packet) {
 		}
 		return
 	}
-	if msg.Sent.Before(n.cfg.Since) || p.At.Sub(msg.Sent) > 100*n.cfg.SilentAfter {
+	// An answer to this node's own snapshot request is exempt from Since:
+	// it names this start's node id, so no former self applied it, and
+	// the answering peer's clock or a tick it stamped the answer with may
+	// well be a little behind the moment this node started.
+	mine := msg.Type == MsgSnapshot && msg.Snapshot != nil && msg.Snapshot.To == n.id
+	if (msg.Sent.Before(n.cfg.Since) && !mine) || p.At.Sub(msg.Sent) > 100*n.cfg.SilentAfter {
 		n.stats.DroppedStale++
 		n.mu.Unlock()
 		return

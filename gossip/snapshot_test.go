@@ -364,3 +364,33 @@ func TestSnapshotDecodeBad(t *testing.T) {
 		t.Fatalf("NaN level kept: %+v %v", m.Snapshot, err)
 	}
 }
+
+// TestWarmStartAnswerFromABehindClock: an answer stamped before the asker
+// started (the answering peer's clock behind, or a pacing tick taken just
+// before the request arrived) still warms the asker: it names the asker's
+// node id, so no former self of the asker can have applied it.
+func TestWarmStartAnswerFromABehindClock(t *testing.T) {
+	now := simT0.Add(10 * time.Millisecond)
+	net := NewMemNetwork(MemConfig{Seed: 1}, func() time.Time { return now })
+	key := []byte("0123456789abcdef")
+	a := newWarmNode(t, net, "a", key, 1000, map[string]float64{"spent": -2})
+	c := newWarmNode(t, net, "c", key, 1000, nil)
+	if err := c.Warm(now); err != nil {
+		t.Fatal(err)
+	}
+	for start := now; c.WarmStats().Warming && now.Sub(start) < 5*time.Second; {
+		now = now.Add(10 * time.Millisecond)
+		a.Pace(now.Add(-time.Second)) // a's clock is a second behind c's start
+		c.Pace(now)
+		net.Deliver(now)
+		a.receiveAll()
+		c.receiveAll()
+	}
+	if got, ok := c.table.get("spent"); !ok || got != -2 {
+		t.Fatalf("c's level for the spent tag: %v (%v), want -2 (warm stats %+v, node stats %+v)", got, ok, c.WarmStats(), c.Stats())
+	}
+	// Nothing c heard was dropped as stale.
+	if st := c.Stats(); st.DroppedStale != 0 {
+		t.Errorf("c dropped %d datagrams as stale during its warm start", st.DroppedStale)
+	}
+}

@@ -222,6 +222,9 @@ func TestHAProxy(t *testing.T) {
 	must(t, os.WriteFile(lua, []byte(contribConfig(t, "haproxy/dthrottle.lua")), 0o644))
 	cfg := contribConfig(t, "haproxy/haproxy.cfg",
 		"presetenv DTHROTTLE_SOCKET /run/dthrottle/dthrottle.sock", "presetenv DTHROTTLE_SOCKET "+d.sock,
+		// 5 ms is the production figure; a test machine under load may
+		// take longer, and a query that times out is served, not refused.
+		"presetenv DTHROTTLE_TIMEOUT_MS 5", "presetenv DTHROTTLE_TIMEOUT_MS 500",
 		"presetenv DTHROTTLE_RATE 1", "presetenv DTHROTTLE_RATE 0.001",
 		"presetenv DTHROTTLE_BURST 10", "presetenv DTHROTTLE_BURST 3",
 		"lua-load /etc/haproxy/dthrottle.lua", "lua-load "+lua,
@@ -231,4 +234,72 @@ func TestHAProxy(t *testing.T) {
 	log := filepath.Join(dir, "haproxy.log")
 	runProxy(t, exec.Command(haproxy, "-db", "-f", conf), port, log)
 	checkThrottled(t, fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), d, log)
+}
+
+// nginxLuaModules are Debian's libnginx-mod-http-lua, loaded by full path.
+var nginxLuaModules = []string{"/usr/lib/nginx/modules/ndk_http_module.so", "/usr/lib/nginx/modules/ngx_http_lua_module.so"}
+
+// TestNginxLua runs nginx with contrib/nginx's Lua module, which asks
+// dthrottled in the line protocol over a pool of kept-alive Unix socket
+// connections per worker: the faster path.
+func TestNginxLua(t *testing.T) {
+	nginx := "/usr/sbin/nginx"
+	if _, err := os.Stat(nginx); err != nil {
+		nginx = requireTool(t, "nginx")
+	}
+	for _, m := range nginxLuaModules {
+		if _, err := os.Stat(m); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s (libnginx-mod-http-lua) is required under CI=true: %v", m, err)
+			}
+			t.Skipf("libnginx-mod-http-lua not installed: %v", err)
+		}
+	}
+	d := startDaemon(t, fmt.Sprintf(proxyDaemonConfig, 403))
+	// nginx's workers run as another user: let them reach the socket.
+	for p := filepath.Dir(d.sock); p != filepath.Dir(p) && strings.HasPrefix(p, os.TempDir()+"/"); p = filepath.Dir(p) {
+		must(t, os.Chmod(p, 0o755))
+	}
+	dir, www := proxySite(t)
+	lua, err := filepath.Abs("../contrib/nginx")
+	must(t, err)
+	port := freePort(t)
+	httpPart := contribConfig(t, "nginx/dthrottle-lua.conf",
+		"/etc/nginx/dthrottle/", lua+"/",
+		"unix:/run/dthrottle/dthrottle.sock", "unix:"+d.sock,
+		"rate = 1,", "rate = 0.001,",
+		// 50 ms is the production figure; a loaded test machine may take
+		// longer, and a query that times out is served, not refused.
+		"burst = 20,", "burst = 3, timeout = 500,")
+	tmp := filepath.Join(dir, "tmp")
+	must(t, os.Mkdir(tmp, 0o777))
+	var load strings.Builder
+	for _, m := range nginxLuaModules {
+		fmt.Fprintf(&load, "load_module %s;\n", m)
+	}
+	conf := fmt.Sprintf(`%[4]sworker_processes 1;
+error_log %[1]s/error.log;
+pid %[1]s/nginx.pid;
+events { worker_connections 256; }
+http {
+    access_log off;
+    client_body_temp_path %[2]s/body;
+    proxy_temp_path %[2]s/proxy;
+    fastcgi_temp_path %[2]s/fastcgi;
+    uwsgi_temp_path %[2]s/uwsgi;
+    scgi_temp_path %[2]s/scgi;
+%[5]s
+    server {
+        listen 127.0.0.1:%[3]d;
+        root %[6]s;
+        location / {
+            access_by_lua_block { require("dthrottle").access(ngx.var.remote_addr) }
+            try_files $uri =404;
+        }
+    }
+}
+`, dir, tmp, port, load.String(), httpPart, www)
+	must(t, os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644))
+	runProxy(t, exec.Command(nginx, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;"), port, filepath.Join(dir, "stderr.log"))
+	checkThrottled(t, fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), d, filepath.Join(dir, "error.log"))
 }

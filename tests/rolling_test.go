@@ -45,16 +45,21 @@ func rollingRestart(t *testing.T, warm bool, sig syscall.Signal) {
 	l.startAll(t, c)
 	const every = 1500 * time.Millisecond // between restarts
 	ld := startLoad(l.hosts, "rolling", time.Duration(len(l.hosts)+1)*every)
-	unreported := 0
+	type killed struct {
+		d           *daemon
+		last, until time.Time
+	}
+	var kills []killed
 	for i, h := range l.hosts {
 		at(ld, time.Duration(i+1)*every)
 		d := h.daemon()
 		if sig == syscall.SIGKILL {
 			// What it served since its last report is lost with it:
-			// no peer ever applies those hits.
+			// no peer ever applies those hits (counted once the load is
+			// over: its record is the load goroutine's until then).
 			last := d.lastReport(t)
 			h.kill(t)
-			unreported += ld.servedIn(last, time.Now(), d)
+			kills = append(kills, killed{d, last, time.Now()})
 		} else {
 			h.mu.Lock()
 			h.d = nil
@@ -64,6 +69,10 @@ func rollingRestart(t *testing.T, warm bool, sig syscall.Signal) {
 		h.restart(t)
 	}
 	ld.wait(t, 2*len(l.hosts)) // queries in flight at a stop may fail
+	unreported := 0
+	for _, k := range kills {
+		unreported += ld.servedIn(k.last, k.until, k.d)
+	}
 	restarts := len(l.hosts)
 	n := len(l.hosts)
 	base := bound(n, c, faultDelay, ld.duration())

@@ -6,9 +6,9 @@
 -- answer 429. Any failure (no daemon, a timeout, a bad answer) serves the
 -- request: fail open.
 --
--- HAProxy's Lua sockets live only as long as the request that opened them,
--- so each request opens a Unix socket connection (no TCP handshake, no
--- network): see README for what it costs.
+-- This action opens a Unix socket connection per request (no TCP
+-- handshake, no network): the simplest way. dthrottle_pool.lua keeps a pool
+-- of connections per thread and costs far less (see README).
 --
 -- Settings, from the environment (haproxy.cfg: presetenv):
 --   DTHROTTLE_SOCKET      dthrottled's listen.unix

@@ -10,7 +10,9 @@ import (
 
 func TestWarmStartFromAPeer(t *testing.T) {
 	mem := gossip.NewMemNetwork(gossip.MemConfig{}, time.Now)
-	cfg := base + "[gossip]\npeers = [\"mem:1\"]\ninterval = \"20ms\"\n"
+	// b waits two intervals for answers: long enough for a's to arrive on
+	// a busy machine.
+	cfg := base + "[gossip]\npeers = [\"mem:1\"]\ninterval = \"200ms\"\n"
 	a := start(t, cfg, func(config.Gossip) (gossip.Transport, error) { return mem.Join("a"), nil })
 	if got := a.ask(t, "x", "x", "x"); got != "OK OK OK" {
 		t.Fatalf("a: %q", got)
@@ -34,7 +36,7 @@ func TestWarmStartFromAPeer(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if got := b.ask(t, "x"); got != "NO" {
-		t.Fatalf("b answers %q for a tag a spent before b started; want NO", got)
+		t.Fatalf("b answers %q for a tag a spent before b started; want NO (b's warm stats %+v, a's %+v; b's node %+v)", got, b.WarmStats(), a.WarmStats(), b.gossip.node.Stats())
 	}
 	ws := b.WarmStats()
 	if ws.RequestsSent == 0 || ws.PeersAnswered != 1 || ws.TagsAdopted != 1 {

@@ -21,6 +21,7 @@ var designs = map[string]func(*sim) design{
 	"holdback":   newHoldback,
 	"relay":      func(s *sim) design { return newRelay(s, false) },
 	"relay-hold": func(s *sim) design { return newRelay(s, true) },
+	"owner":      newOwner,
 }
 
 // Designs names the reporting designs and says what each does.
@@ -31,6 +32,9 @@ var Designs = map[string]string{
 	"relay": "every node sends its hits to one of the segment's relays (by tag); each relay sums them per tag " +
 		"and sends one aggregate per interval to every node, which subtracts its own part; nodes send directly " +
 		"while no relay is heard",
+	"owner": "each tag has an owner (a hash over the nodes): a node sends its hits of a tag to the tag's owner only; " +
+		"the owner, whose bucket then counts every node's hits, sends the tags below half their burst, with their level, " +
+		"back to the nodes that reported them, which take the lower bucket",
 	"relay-hold": "relay, and each relay holds a tag's summed hits until they reach ceil(hold*burst); " +
 		"a tag whose summed hits stay below that for the hold age (under half its rate) is dropped",
 }
@@ -55,7 +59,7 @@ func (c Config) delay() time.Duration { return 2 * c.Step }
 // Bound is the most the cluster may serve one tag over a window of w
 // under cfg's design (see docs/scaling.md):
 //
-//	today:      b + r*w + (N-1)*(b + r*(I+d))
+//	today:      b + r*w + (N-1)*(b + r*(I+d))   (owner: the same)
 //	holdback:   b + r*w + (N-1)*(b + r*(I+d) + (θ-1))
 //	relay:      b + r*w + (N-1)*(b + r*(2I+3d))
 //	relay-hold: b + r*w + (N-1)*(b + r*(2I+3d) + 2(θ-1)) + (θ-1)*(1 + w/A)

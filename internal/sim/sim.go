@@ -96,6 +96,7 @@ type node struct {
 const (
 	kindReport  = iota // a node's hits, to every peer or to a relay
 	kindForward        // a relay's aggregate, to every node
+	kindLevels         // an owner's levels of the tags a node reported
 )
 
 // datagram is one datagram as its receivers see it, decoded once.
@@ -105,6 +106,7 @@ type datagram struct {
 	to      int // a node, or -1 for every node but the sender
 	bytes   int
 	hits    []bucket.Hit
+	levels  []bucket.Level
 	abusive []uint32 // hits of each abusive client it carries
 }
 
@@ -252,8 +254,9 @@ func (s *sim) deliver(now time.Time) {
 // receive hands d to node j, unless the network loses it.
 func (s *sim) receive(j int, d *datagram, now time.Time) {
 	if s.cfg.Loss > 0 && s.rng.Float64() < s.cfg.Loss {
-		if d.to >= 0 {
-			// Hits sent to one node to pass on (a relay) are lost to all.
+		if d.to >= 0 && d.kind == kindReport {
+			// Hits sent to one node to pass on (a relay, an owner) are
+			// lost to all.
 			s.lose(d, len(s.nodes))
 		} else {
 			s.lose(d, 1)

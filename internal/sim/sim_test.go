@@ -83,3 +83,26 @@ func TestTodayGrowsWithTheCluster(t *testing.T) {
 		t.Error("an unknown design ran")
 	}
 }
+
+// TestOwnerIsFlat: with the owner design, what a node receives grows far
+// less than with today's from 10 to 60 nodes, and the bound holds; no
+// ordinary client under its limit is refused.
+func TestOwnerIsFlat(t *testing.T) {
+	var today, owner [2]Result
+	for i, n := range []int{10, 60} {
+		c := small(n)
+		c.Duration = 3 * time.Second
+		today[i], _ = Run(c)
+		c.Design = "owner"
+		owner[i], _ = Run(c)
+		if !owner[i].BoundHeld || owner[i].OrdinaryRefusedUnderLimit != 0 {
+			t.Errorf("owner at %d nodes: bound held %v, %d ordinary clients refused under their limit", n, owner[i].BoundHeld, owner[i].OrdinaryRefusedUnderLimit)
+		}
+	}
+	todayGrowth := today[1].RecvBytesMean / today[0].RecvBytesMean
+	ownerGrowth := owner[1].RecvBytesMean / owner[0].RecvBytesMean
+	if ownerGrowth > 3.5 || todayGrowth < 4 {
+		t.Errorf("from 10 to 60 nodes, what a node receives grows %.1fx with the owner design (want at most 3.5x), %.1fx today (want at least 4x)", ownerGrowth, todayGrowth)
+	}
+}
+

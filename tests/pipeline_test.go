@@ -1,0 +1,203 @@
+package tests
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The fast paths: nginx's Lua module sharing one pipelined connection per
+// worker (contrib/nginx/dthrottle-pipeline.conf), and HAProxy's Lua action
+// keeping its connections per thread (contrib/haproxy/haproxy-pool.cfg),
+// both over the line protocol, run from Debian's packages against a real
+// dthrottled with a burst of 3.
+
+// startNginxPipeline runs nginx with contrib/nginx/dthrottle-pipeline.conf
+// re-pointed at sock, the tag taken from X-Tag when a request has one. It
+// returns the site's URL and nginx's error log.
+func startNginxPipeline(t *testing.T, sock string) (string, string) {
+	t.Helper()
+	nginx := "/usr/sbin/nginx"
+	if _, err := os.Stat(nginx); err != nil {
+		nginx = requireTool(t, "nginx")
+	}
+	lua := "/usr/lib/nginx/modules/ngx_http_lua_module.so"
+	if _, err := os.Stat(lua); err != nil && os.Getenv("CI") != "true" {
+		t.Skipf("libnginx-mod-http-lua not installed: %v", err)
+	}
+	dir, www := proxySite(t)
+	port := freePort(t)
+	contrib, err := filepath.Abs("../contrib/nginx")
+	must(t, err)
+	site := contribConfig(t, "nginx/dthrottle-pipeline.conf",
+		"listen 8080;", fmt.Sprintf("listen 127.0.0.1:%d;", port),
+		"root /var/www/html;", "root "+www+";",
+		"/etc/nginx/dthrottle/", contrib+"/",
+		"unix:/run/dthrottle/dthrottle.sock", "unix:"+sock,
+		"rate = 1,", "rate = 0.001,",
+		"burst = 10,", "burst = 3,",
+		// A long timeout: on a loaded machine a slow answer must not turn
+		// into a fail-open one. An absent daemon still fails at once.
+		"-- timeout = 20,", "timeout = 2000,",
+		"access(ngx.var.remote_addr)", "access(ngx.var.http_x_tag or ngx.var.remote_addr)")
+	must(t, os.WriteFile(filepath.Join(dir, "site.conf"), []byte(site), 0o644))
+	tmp := filepath.Join(dir, "tmp")
+	must(t, os.Mkdir(tmp, 0o777))
+	conf := fmt.Sprintf(`load_module /usr/lib/nginx/modules/ndk_http_module.so;
+load_module %[3]s;
+worker_processes 1;
+error_log %[1]s/error.log notice;
+pid %[1]s/nginx.pid;
+events { worker_connections 256; }
+http {
+    access_log off;
+    client_body_temp_path %[2]s/body;
+    proxy_temp_path %[2]s/proxy;
+    fastcgi_temp_path %[2]s/fastcgi;
+    uwsgi_temp_path %[2]s/uwsgi;
+    scgi_temp_path %[2]s/scgi;
+    include %[1]s/site.conf;
+}
+`, dir, tmp, lua)
+	must(t, os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644))
+	runProxy(t, exec.Command(nginx, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;"), port, filepath.Join(dir, "stderr.log"))
+	return fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), filepath.Join(dir, "error.log")
+}
+
+// startHAProxyPool runs HAProxy with contrib/haproxy/haproxy-pool.cfg
+// re-pointed at sock, the tag taken from X-Tag when a request has one. It
+// returns the site's URL and HAProxy's log.
+func startHAProxyPool(t *testing.T, sock string) (string, string) {
+	t.Helper()
+	haproxy := "/usr/sbin/haproxy"
+	if _, err := os.Stat(haproxy); err != nil {
+		haproxy = requireTool(t, "haproxy")
+	}
+	dir, _ := proxySite(t)
+	port := freePort(t)
+	lua := filepath.Join(dir, "dthrottle_pool.lua")
+	must(t, os.WriteFile(lua, []byte(contribConfig(t, "haproxy/dthrottle_pool.lua")), 0o644))
+	cfg := contribConfig(t, "haproxy/haproxy-pool.cfg",
+		"setenv DTHROTTLE_SOCKET /run/dthrottle/dthrottle.sock", "setenv DTHROTTLE_SOCKET "+sock,
+		"setenv DTHROTTLE_RATE 1", "setenv DTHROTTLE_RATE 0.001",
+		"setenv DTHROTTLE_BURST 10", "setenv DTHROTTLE_BURST 3",
+		"setenv DTHROTTLE_TIMEOUT_MS 20", "setenv DTHROTTLE_TIMEOUT_MS 2000",
+		"lua-load-per-thread /etc/haproxy/dthrottle_pool.lua", "lua-load-per-thread "+lua,
+		"bind :8080", fmt.Sprintf("bind 127.0.0.1:%d", port),
+		"    http-request lua.dthrottle", "    http-request set-var(txn.dthrottle_tag) req.hdr(x-tag) if { req.hdr(x-tag) -m found }\n    http-request lua.dthrottle")
+	conf := filepath.Join(dir, "haproxy.cfg")
+	must(t, os.WriteFile(conf, []byte(cfg), 0o644))
+	log := filepath.Join(dir, "haproxy.log")
+	runProxy(t, exec.Command(haproxy, "-db", "-f", conf), port, log)
+	return fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), log
+}
+
+// getTagged fetches url with X-Tag: tag (none when empty) and returns the
+// status.
+func getTagged(t *testing.T, hc *http.Client, url, tag string) (int, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	if tag != "" {
+		req.Header.Set("X-Tag", tag)
+	}
+	res, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode, nil
+}
+
+// checkConcurrent spends tag "spent" and then sends 24 requests for it
+// and 24 for fresh tags at once: each must get its own answer, 429 for
+// the spent tag and 200 for the others, however the proxy batches or
+// shares its connections.
+func checkConcurrent(t *testing.T, url, log string) {
+	t.Helper()
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	for i := range 4 {
+		code, err := getTagged(t, hc, url, "spent")
+		if err != nil || code != map[bool]int{true: 200, false: 429}[i < 3] {
+			b, _ := os.ReadFile(log)
+			t.Fatalf("spending tag spent, request %d: %d %v\n%s", i+1, code, err, b)
+		}
+	}
+	const n = 24
+	var wg sync.WaitGroup
+	errs := make(chan string, 2*n)
+	for i := range 2 * n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tag, want := "spent", 429
+			if i%2 == 1 {
+				tag, want = fmt.Sprintf("fresh-%d", i), 200
+			}
+			code, err := getTagged(t, hc, url, tag)
+			if err != nil || code != want {
+				errs <- fmt.Sprintf("tag %s: %d %v, want %d", tag, code, err, want)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		b, _ := os.ReadFile(log)
+		t.Fatalf("concurrent requests: %s\nlog:\n%s", e, b)
+	}
+}
+
+// checkResumes starts a dthrottled again on sock, stopped before, and
+// waits until the proxy, not restarted, throttles again: the new daemon's
+// fresh bucket refuses the fourth request it is asked.
+func checkResumes(t *testing.T, url, sock, log string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "dthrottle.toml")
+	must(t, os.WriteFile(path, []byte(strings.ReplaceAll(fmt.Sprintf(proxyDaemonConfig, 403), "%SOCK%", sock)), 0o644))
+	runDaemon(t, sock, nil, "-config", path)
+	hc := &http.Client{Timeout: 5 * time.Second}
+	poll(t, 10*time.Second, "the proxy to refuse again after dthrottled restarted", func() bool {
+		code, err := getTagged(t, hc, url, "again")
+		if err != nil {
+			b, _ := os.ReadFile(log)
+			t.Fatalf("GET %s: %v\n%s", url, err, b)
+		}
+		return code == http.StatusTooManyRequests
+	})
+}
+
+func TestNginxPipeline(t *testing.T) {
+	d := startDaemon(t, fmt.Sprintf(proxyDaemonConfig, 403))
+	// nginx's workers run as another user (nobody) when the test is root.
+	must(t, os.Chmod(filepath.Dir(d.sock), 0o755))
+	must(t, os.Chmod(filepath.Dir(filepath.Dir(d.sock)), 0o755))
+	url, log := startNginxPipeline(t, d.sock)
+	checkConcurrent(t, url, log)
+	checkThrottled(t, url, d, log)
+	checkResumes(t, url, d.sock, log)
+	b, err := os.ReadFile(log)
+	must(t, err)
+	for _, want := range []string{"daemon unreachable, failing open", "daemon answering again"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("nginx's error log does not say %q:\n%s", want, b)
+		}
+	}
+}
+
+func TestHAProxyPool(t *testing.T) {
+	d := startDaemon(t, fmt.Sprintf(proxyDaemonConfig, 403))
+	url, log := startHAProxyPool(t, d.sock)
+	checkConcurrent(t, url, log)
+	checkThrottled(t, url, d, log)
+	checkResumes(t, url, d.sock, log)
+}
