@@ -105,4 +105,3 @@ func TestOwnerIsFlat(t *testing.T) {
 		t.Errorf("from 10 to 60 nodes, what a node receives grows %.1fx with the owner design (want at most 3.5x), %.1fx today (want at least 4x)", ownerGrowth, todayGrowth)
 	}
 }
-
