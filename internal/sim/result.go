@@ -142,7 +142,7 @@ func (s *sim) result(abusiveServed [][]int, sample map[int]*follow) Result {
 	res.RemoteHitsMean, res.RemoteHitsMax = mean(hits), slices.Max(hits)
 	res.CPUMean, res.CPUMax = time.Duration(mean(cpu)), time.Duration(slices.Max(cpu))
 	if r, ok := s.design.(*relay); ok {
-		res.Dropped = r.Dropped
+		res.Dropped = r.dropped()
 	}
 
 	steps := int(cfg.Duration / cfg.Step)

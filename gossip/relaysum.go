@@ -1,0 +1,235 @@
+package gossip
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// This file holds the two ledgers of relays that hold back
+// (docs/scaling.md): what a relay sums per tag before it passes it on,
+// and what a node sent to a relay and has not yet seen come back. They
+// are plain data structures on an injected clock; the transport that
+// carries reports to relays and aggregates back is not here.
+
+// HoldFunc gives a tag's hold-back threshold, in hits, and its hold age:
+// a relay holds a tag's sum until it reaches the threshold, and drops it
+// if it has not within the age. A threshold of 1 holds nothing back.
+type HoldFunc func(key string) (threshold uint32, age time.Duration)
+
+// HoldFor is the hold-back of a policy: a threshold of ceil(fraction *
+// burst) hits, at least 1, and an age of burst/rate (the time the bucket
+// takes to refill) rounded up to whole intervals.
+func HoldFor(fraction float64, burst int, rate float64, interval time.Duration) (threshold uint32, age time.Duration) {
+	t := uint32(1)
+	if v := fraction * float64(burst); v > 1 {
+		t = uint32(v)
+		if float64(t) < v-1e-9 {
+			t++
+		}
+	}
+	a := time.Duration(float64(burst) / rate * float64(time.Second))
+	return t, max(interval, (a+interval-1)/interval*interval)
+}
+
+// RelaySum is what a relay keeps between aggregates: per tag, the hits
+// its nodes reported that it has not passed on, and the tags that are
+// hot. A tag whose sum reaches its threshold in one aggregate is passed
+// on and is hot for HotAges times its hold age after (renewed while each
+// aggregate carries at least the threshold's worth of the hold age, half
+// the tag's rate at the defaults): a hot tag is passed on at every
+// aggregate, however few its hits, so the tags near their limit are known
+// as promptly as without holding. A sum that stays under its threshold
+// for its hold age is dropped: a client that sparse is far from its limit.
+//
+// Its zero value is not usable: see NewRelaySum. Not safe for concurrent
+// use.
+type RelaySum struct {
+	hold    HoldFunc
+	hotAges int
+	every   time.Duration
+	held    map[string]*heldSum
+	hot     map[string]time.Time // until when a tag is hot
+	stats   RelayStats
+}
+
+type heldSum struct {
+	count uint32
+	since time.Time
+}
+
+// RelayStats are a RelaySum's counters over its life, and what it holds.
+type RelayStats struct {
+	HeldTags    int    // tags with a sum held now
+	HeldHits    uint64 // hits held now
+	HotTags     int    // tags hot now
+	Added       uint64 // hits added
+	Passed      uint64 // hits passed on
+	Dropped     uint64 // hits dropped as too sparse to matter
+	DroppedTags uint64 // sums dropped
+}
+
+// NewRelaySum returns an empty sum for a relay that sends an aggregate
+// every interval. hotAges is at least 1.
+func NewRelaySum(hold HoldFunc, hotAges int, every time.Duration) *RelaySum {
+	return &RelaySum{hold: hold, hotAges: max(1, hotAges), every: every,
+		held: map[string]*heldSum{}, hot: map[string]time.Time{}}
+}
+
+// Add sums hits a node reported at now. It does not retain hits, but it
+// keeps their keys.
+func (r *RelaySum) Add(now time.Time, hits []Hit) {
+	for _, h := range hits {
+		if h.Key == "" || h.Count == 0 {
+			continue
+		}
+		e := r.held[h.Key]
+		if e == nil {
+			e = &heldSum{since: now}
+			r.held[h.Key] = e
+		}
+		e.count += h.Count
+		r.stats.Added += uint64(h.Count)
+		r.stats.HeldHits += uint64(h.Count)
+	}
+}
+
+// Flush appends to dst, ordered by key, the sums to pass on at now: those
+// of hot tags and those that reached their threshold. It drops the sums
+// that stayed under their threshold for their hold age, and keeps the
+// rest.
+func (r *RelaySum) Flush(now time.Time, dst []Hit) []Hit {
+	for key, until := range r.hot {
+		if !now.Before(until) {
+			delete(r.hot, key)
+		}
+	}
+	first := len(dst)
+	for key, e := range r.held {
+		theta, age := r.hold(key)
+		_, hot := r.hot[key]
+		switch {
+		case hot || e.count >= theta:
+			dst = append(dst, Hit{Key: key, Count: e.count})
+			delete(r.held, key)
+			r.stats.Passed += uint64(e.count)
+			r.stats.HeldHits -= uint64(e.count)
+			if e.count >= theta || hot && e.count >= keepHot(theta, age, r.every) {
+				r.hot[key] = now.Add(time.Duration(r.hotAges) * age)
+			}
+		case now.Sub(e.since) >= age:
+			delete(r.held, key)
+			r.stats.Dropped += uint64(e.count)
+			r.stats.DroppedTags++
+			r.stats.HeldHits -= uint64(e.count)
+		}
+	}
+	slices.SortFunc(dst[first:], func(a, b Hit) int { return cmp.Compare(a.Key, b.Key) })
+	return dst
+}
+
+// keepHot is what a hot tag must sum in one aggregate to stay hot: the
+// threshold's worth over the hold age, at least 1.
+func keepHot(theta uint32, age, every time.Duration) uint32 {
+	k := float64(theta) * every.Seconds() / age.Seconds()
+	n := uint32(k)
+	if float64(n) < k-1e-9 {
+		n++
+	}
+	return max(1, n)
+}
+
+// Stats returns the counters and what the sum holds now.
+func (r *RelaySum) Stats() RelayStats {
+	st := r.stats
+	st.HeldTags, st.HotTags = len(r.held), len(r.hot)
+	return st
+}
+
+// OwnHits is a node's ledger of the hits it sent to relays and has not
+// yet seen come back: a relay's aggregate includes the receiver's own
+// hits, which its table already counts, so the node takes them off before
+// it applies the aggregate. A tag's hits are taken off the first
+// aggregate that carries the tag (if that aggregate was sent before they
+// reached the relay, they are known one delivery later, and the next
+// aggregate is applied in full); hits not seen back within the forget
+// time (the relay dropped them, or they were lost) are forgotten.
+//
+// Its zero value is not usable: see NewOwnHits. Not safe for concurrent
+// use.
+type OwnHits struct {
+	forget time.Duration
+	m      map[string]*ownEntry
+}
+
+type ownEntry struct {
+	count uint32
+	at    time.Time // last sent
+}
+
+// NewOwnHits returns an empty ledger that forgets hits not seen back
+// within forget of their last sending.
+func NewOwnHits(forget time.Duration) *OwnHits {
+	return &OwnHits{forget: forget, m: map[string]*ownEntry{}}
+}
+
+// Sent records hits sent to a relay at now. It keeps their keys.
+func (o *OwnHits) Sent(now time.Time, hits []Hit) {
+	for _, h := range hits {
+		if h.Key == "" || h.Count == 0 {
+			continue
+		}
+		e := o.m[h.Key]
+		if e == nil {
+			e = &ownEntry{}
+			o.m[h.Key] = e
+		}
+		e.count += h.Count
+		e.at = now
+	}
+}
+
+// Others appends to dst the hits of an aggregate less this node's own,
+// and takes those off the ledger. Entries left with no hits are dropped.
+func (o *OwnHits) Others(agg []Hit, dst []Hit) []Hit {
+	for _, h := range agg {
+		c := h.Count
+		if e := o.m[h.Key]; e != nil {
+			sub := min(c, e.count)
+			c -= sub
+			if e.count -= sub; e.count == 0 {
+				delete(o.m, h.Key)
+			}
+		}
+		if c > 0 {
+			dst = append(dst, Hit{Key: h.Key, Count: c})
+		}
+	}
+	return dst
+}
+
+// Forget drops the entries last sent more than the forget time before
+// now, and reports how many hits they held.
+func (o *OwnHits) Forget(now time.Time) (hits uint64) {
+	for key, e := range o.m {
+		if now.Sub(e.at) > o.forget {
+			hits += uint64(e.count)
+			delete(o.m, key)
+		}
+	}
+	return hits
+}
+
+// Len is how many tags the ledger holds.
+func (o *OwnHits) Len() int { return len(o.m) }
+
+// PickRelay returns which of n relays a tag's hits go to: FNV-1a of the
+// key modulo n, the same on every node. n must be at least 1.
+func PickRelay(key string, n int) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return int(h % uint32(n))
+}

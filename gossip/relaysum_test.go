@@ -1,0 +1,164 @@
+package gossip
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestHoldFor(t *testing.T) {
+	for _, tc := range []struct {
+		fraction float64
+		burst    int
+		rate     float64
+		interval time.Duration
+		theta    uint32
+		age      time.Duration
+	}{
+		{0.5, 20, 10, time.Second, 10, 2 * time.Second},
+		{0.5, 21, 10, time.Second, 11, 3 * time.Second}, // 10.5 up, 2.1 s up to whole intervals
+		{0.01, 3, 0.4, time.Second, 1, 8 * time.Second},
+		{1, 5, 100, time.Second, 5, time.Second}, // 50 ms, at least one interval
+		{0.25, 100, 1, 5 * time.Second, 25, 100 * time.Second},
+	} {
+		theta, age := HoldFor(tc.fraction, tc.burst, tc.rate, tc.interval)
+		if theta != tc.theta || age != tc.age {
+			t.Errorf("HoldFor(%v, %d, %v, %v) = %d, %v; want %d, %v", tc.fraction, tc.burst, tc.rate, tc.interval, theta, age, tc.theta, tc.age)
+		}
+	}
+}
+
+// relayStep is one aggregate of a RelaySum: hits added at t, then what a
+// Flush at t passes on.
+type relayStep struct {
+	t    time.Duration
+	add  []Hit
+	want []Hit
+}
+
+func runRelaySum(t *testing.T, r *RelaySum, steps []relayStep) {
+	t.Helper()
+	t0 := time.Unix(1_800_000_000, 0)
+	for i, st := range steps {
+		now := t0.Add(st.t)
+		r.Add(now, st.add)
+		got := r.Flush(now, nil)
+		if len(got) == 0 {
+			got = nil
+		}
+		if !reflect.DeepEqual(got, st.want) {
+			t.Fatalf("step %d (t=%v): got %v, want %v", i, st.t, got, st.want)
+		}
+	}
+}
+
+func TestRelaySum(t *testing.T) {
+	s := time.Second
+	hold := func(string) (uint32, time.Duration) { return 10, 2 * s }
+	r := NewRelaySum(hold, 2, s)
+	runRelaySum(t, r, []relayStep{
+		// Under the threshold: held.
+		{0, []Hit{{"a", 4}, {"b", 1}}, nil},
+		// a reaches 10: passed on, and hot for 2 ages (4 s).
+		{1 * s, []Hit{{"a", 6}}, []Hit{{"a", 10}}},
+		// b has stayed under 10 for 2 s: dropped. a is hot: passed on
+		// however few; 3 is under the 5 a second that keeps it hot.
+		{2 * s, []Hit{{"a", 3}}, []Hit{{"a", 3}}},
+		{3 * s, []Hit{{"a", 5}, {"c", 12}}, []Hit{{"a", 5}, {"c", 12}}}, // 5 renews a until 7 s
+		{6 * s, []Hit{{"a", 1}}, []Hit{{"a", 1}}},
+		// a is no longer hot at 7 s: held again.
+		{7 * s, []Hit{{"a", 1}}, nil},
+		{8 * s, []Hit{{"a", 9}}, []Hit{{"a", 10}}},
+	})
+	st := r.Stats()
+	want := RelayStats{HeldTags: 0, HotTags: 1, Added: 42, Passed: 41, Dropped: 1, DroppedTags: 1} // c cooled at 7 s
+	if st != want {
+		t.Errorf("stats %+v, want %+v", st, want)
+	}
+}
+
+// TestRelaySumHoldsNothing: a threshold of 1 passes every sum on at the
+// next aggregate, in key order; empty keys and counts are ignored.
+func TestRelaySumHoldsNothing(t *testing.T) {
+	r := NewRelaySum(func(string) (uint32, time.Duration) { return 1, time.Second }, 1, time.Second)
+	runRelaySum(t, r, []relayStep{
+		{0, []Hit{{"z", 1}, {"a", 2}, {"", 5}, {"q", 0}, {"z", 3}}, []Hit{{"a", 2}, {"z", 4}}},
+		{time.Second, nil, nil},
+	})
+	if st := r.Stats(); st.HeldHits != 0 || st.Added != 6 || st.Passed != 6 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestRelaySumPerTag: each tag has its own threshold and age.
+func TestRelaySumPerTag(t *testing.T) {
+	hold := func(key string) (uint32, time.Duration) {
+		if key[0] == 'l' { // "login:" tags: burst 4
+			return 2, 4 * time.Second
+		}
+		return 10, 2 * time.Second
+	}
+	r := NewRelaySum(hold, 1, time.Second)
+	runRelaySum(t, r, []relayStep{
+		{0, []Hit{{"login:x", 2}, {"ip", 2}}, []Hit{{"login:x", 2}}},
+		{2 * time.Second, nil, nil}, // ip dropped at its age
+	})
+	if st := r.Stats(); st.Dropped != 2 || st.Passed != 2 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestOwnHits: a node's own hits come off the aggregates that carry them,
+// once; what never comes back is forgotten.
+func TestOwnHits(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	o := NewOwnHits(3 * time.Second)
+	o.Sent(t0, []Hit{{"a", 3}, {"b", 2}, {"", 1}, {"c", 0}})
+	o.Sent(t0.Add(time.Second), []Hit{{"a", 1}})
+	if o.Len() != 2 {
+		t.Fatalf("%d tags in the ledger, want 2", o.Len())
+	}
+	steps := []struct {
+		agg, want []Hit
+	}{
+		{[]Hit{{"a", 10}, {"x", 1}}, []Hit{{"a", 6}, {"x", 1}}}, // a's 4 come off
+		{[]Hit{{"a", 2}}, []Hit{{"a", 2}}},                      // and only once
+		{[]Hit{{"b", 1}}, nil},                                  // an aggregate short of our own
+		{[]Hit{{"b", 5}}, []Hit{{"b", 4}}},                      // the last one comes off
+	}
+	for i, st := range steps {
+		got := o.Others(st.agg, nil)
+		if !reflect.DeepEqual(got, st.want) {
+			t.Fatalf("step %d: got %v, want %v", i, got, st.want)
+		}
+	}
+	o.Sent(t0.Add(2*time.Second), []Hit{{"d", 7}})
+	if n := o.Forget(t0.Add(5 * time.Second)); n != 0 {
+		t.Errorf("forgot %d hits at 3 s after sending, want none", n)
+	}
+	if n := o.Forget(t0.Add(5*time.Second + 1)); n != 7 || o.Len() != 0 {
+		t.Errorf("forgot %d hits, %d tags left; want 7, 0", n, o.Len())
+	}
+}
+
+// TestPickRelay: the same key always goes to the same relay, and keys
+// spread over the relays.
+func TestPickRelay(t *testing.T) {
+	counts := make([]int, 3)
+	for i := range 3000 {
+		key := "tag" + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676))
+		k := PickRelay(key, 3)
+		if k != PickRelay(key, 3) || k < 0 || k >= 3 {
+			t.Fatalf("PickRelay(%q, 3) = %d", key, k)
+		}
+		counts[k]++
+	}
+	for k, n := range counts {
+		if n < 800 || n > 1200 {
+			t.Errorf("relay %d got %d of 3000 keys", k, n)
+		}
+	}
+	if PickRelay("anything", 1) != 0 {
+		t.Error("one relay: not 0")
+	}
+}
