@@ -173,22 +173,6 @@ func randomID() (uint64, error) {
 	}
 }
 
-// configure sets e's settings (datagram size, key, fingerprint) to the
-// node's current ones, which Config and Update keep in one place.
-func (n *Node) configure(e *Encoder) {
-	n.mu.Lock()
-	e.MaxPacket, e.Key, e.Fingerprint = n.cfg.MaxPacket, n.cfg.Key, n.cfg.Fingerprint
-	n.mu.Unlock()
-}
-
-// checkMaxPacket checks a datagram size against the wire format's limits.
-func checkMaxPacket(size int) error {
-	if size < MinPacket || size > MaxPacket {
-		return fmt.Errorf("gossip: max packet must be between %d and %d, got %d", MinPacket, MaxPacket, size)
-	}
-	return nil
-}
-
 // ID is this node's id, random for every process start.
 func (n *Node) ID() uint64 { return n.id }
 
@@ -401,35 +385,6 @@ func (n *Node) Stats() Stats {
 	return st
 }
 
-// Update is what a reload may change on a running node.
-type Update struct {
-	Interval    time.Duration
-	MaxPacket   int
-	Key         []byte
-	Fingerprint uint64
-}
-
-// Update applies new settings from the next report on, keeping the node's
-// id and sequence numbers, so peers see the same node carry on.
-func (n *Node) Update(u Update) error {
-	if u.Interval <= 0 {
-		return fmt.Errorf("gossip: interval must be > 0, got %v", u.Interval)
-	}
-	if err := checkMaxPacket(u.MaxPacket); err != nil {
-		return err
-	}
-	n.mu.Lock()
-	n.cfg.Interval, n.cfg.MaxPacket, n.cfg.Key, n.cfg.Fingerprint = u.Interval, u.MaxPacket, u.Key, u.Fingerprint
-	n.cfg.SilentAfter = silentAfter(u.Interval)
-	n.mu.Unlock()
-	select {
-	case <-n.retick: // replace an update the loop has not taken yet
-	default:
-	}
-	n.retick <- u.Interval
-	return nil
-}
-
 // Start reports every interval and applies what arrives, in a goroutine of
 // its own, until Stop. Call it at most once.
 func (n *Node) Start() {
@@ -505,15 +460,6 @@ func (n *Node) Stop(ctx context.Context) error {
 		}
 	})
 	return err
-}
-
-// SilentAfter is how long a peer may go unheard before it is called
-// silent, by default: three intervals, and at least one second more than
-// one.
-func SilentAfter(interval time.Duration) time.Duration { return silentAfter(interval) }
-
-func silentAfter(interval time.Duration) time.Duration {
-	return max(3*interval, interval+time.Second)
 }
 
 // nodeName formats a node id as logs and the admin view show it.
