@@ -20,19 +20,7 @@ func TestSnapshotAnswersDropped(t *testing.T) {
 	if !netns.Run(t) {
 		return
 	}
-	key := []byte("the cluster's secret, 32 bytes..")
-	c := faultPolicy
-	c.secret = filepath.Join(t.TempDir(), "secret")
-	if err := os.WriteFile(c.secret, key, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	l := newLAN(t, 1)
-	tp := newTap(t)
-	d := l.hosts[0].start(t, c)
-	poll(t, 10*time.Second, "the daemon to be warm (nobody answers it)", func() bool {
-		_, ok := scrape(t, d.adminAddr(t))["dthrottle_warm_duration_seconds"]
-		return ok
-	})
+	key, _, tp, d := warmedStranger(t)
 	id, err := strconv.ParseUint(d.nodeID(t), 16, 64)
 	if err != nil {
 		t.Fatal(err)
@@ -74,4 +62,26 @@ func TestSnapshotAnswersDropped(t *testing.T) {
 	}
 	u, a, v := counts()
 	t.Logf("dropped: %v unasked, %v auth, %v version", u-u0, a-a0, v-v0)
+}
+
+// warmedStranger starts one daemon with a secret on a bridge in the
+// namespace, and a tap for the test to speak as a stranger on it, and
+// waits until the daemon's own warm start is over (nobody answers it). It
+// returns the secret, the daemon's config, the tap and the daemon.
+func warmedStranger(t *testing.T) ([]byte, nodeConfig, *tap, *daemon) {
+	t.Helper()
+	key := []byte("the cluster's secret, 32 bytes..")
+	c := faultPolicy
+	c.secret = filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(c.secret, key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := newLAN(t, 1)
+	tp := newTap(t)
+	d := l.hosts[0].start(t, c)
+	poll(t, 10*time.Second, "the daemon to be warm (nobody answers it)", func() bool {
+		_, ok := scrape(t, d.adminAddr(t))["dthrottle_warm_duration_seconds"]
+		return ok
+	})
+	return key, c, tp, d
 }

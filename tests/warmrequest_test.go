@@ -1,8 +1,6 @@
 package tests
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,19 +20,7 @@ func TestSnapshotRequestsFromStrangers(t *testing.T) {
 	if !netns.Run(t) {
 		return
 	}
-	key := []byte("the cluster's secret, 32 bytes..")
-	c := faultPolicy
-	c.secret = filepath.Join(t.TempDir(), "secret")
-	if err := os.WriteFile(c.secret, key, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	l := newLAN(t, 1)
-	tp := newTap(t)
-	d := l.hosts[0].start(t, c)
-	poll(t, 10*time.Second, "the daemon to be warm (nobody answers it)", func() bool {
-		_, ok := scrape(t, d.adminAddr(t))["dthrottle_warm_duration_seconds"]
-		return ok
-	})
+	key, c, tp, d := warmedStranger(t)
 	if got := pipeline(t, d.sock, strings.Repeat("hot\n", c.burst+1)); !strings.HasSuffix(got, "NO\n") {
 		t.Fatalf("spending the tag: %q, want the last query refused", got)
 	}
