@@ -262,3 +262,19 @@ func (s policySet) fingerprint() uint64 {
 	}
 	return h.Sum64()
 }
+
+// PolicyOf returns the policy that governs key now.
+func (t *Table) PolicyOf(key string) Policy {
+	s := *t.policies.Load()
+	return s[match(s, key)].Policy
+}
+
+// Policies returns the current policies, the default first.
+func (t *Table) Policies() []Policy {
+	s := *t.policies.Load()
+	out := make([]Policy, len(s))
+	for i := range s {
+		out[i] = s[i].Policy
+	}
+	return out
+}

@@ -57,6 +57,9 @@ type Config struct {
 	// authenticated reports heard and from the peers they list, and the
 	// node advertises the peers it sends to (discovery.go).
 	Discovery Discovery
+	// Relay configures relaying (relay.go); its zero value sends to every
+	// peer, as without relays.
+	Relay RelayConfig
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -77,6 +80,7 @@ type Stats struct {
 	Lost                           uint64 // datagrams missing from peers' sequences
 	FingerprintMismatch            uint64 // datagrams from peers with other policies
 	Warm                           WarmStats
+	Relay                          RelayNodeStats
 	LastReport                     time.Time
 	LastReportDuration             time.Duration
 }
@@ -103,7 +107,8 @@ type Node struct {
 	stats      Stats
 	authWarned time.Time // when dropped unsigned reports were last logged
 
-	snap snapState // warm start, snapshot.go
+	snap  snapState  // warm start, snapshot.go
+	relay relayState // relaying, relay.go
 
 	advertised  uint64 // Discovery's version last advertised; guarded by reportMu
 	sinceAdvert int    // reports since then
@@ -158,6 +163,7 @@ func NewNode(cfg Config, t Transport) (*Node, error) {
 		stop:      make(chan struct{}),
 		stopped:   make(chan struct{}),
 	}
+	n.relay.init(cfg.Relay, cfg.Interval)
 	return n, nil
 }
 
@@ -176,17 +182,45 @@ func randomID() (uint64, error) {
 // ID is this node's id, random for every process start.
 func (n *Node) ID() uint64 { return n.id }
 
-// Report drains the unreported hits and sends them; a period without hits
-// sends a heartbeat.
+// Report drains the unreported hits and sends them, to every peer or
+// through the relays (relay.go); a period without hits sends a heartbeat
+// to every peer. A relay also passes its aggregate on.
 func (n *Node) Report(now time.Time) error {
 	n.reportMu.Lock()
 	defer n.reportMu.Unlock()
 	start := time.Now()
 	n.configure(&n.enc)
 	n.hits = n.cfg.Drain(n.hits[:0])
+	live := n.route(now)
+	var err error
+	if len(live) > 0 {
+		err = n.sendToRelays(now, n.hits, live)
+	} else {
+		err = n.broadcast(now, n.hits)
+	}
+	if ferr := n.forward(now); err == nil {
+		err = ferr
+	}
+	n.mu.Lock()
+	n.stats.LastReport = now
+	n.stats.LastReportDuration = time.Since(start)
+	n.mu.Unlock()
+	n.advertise(now)
+	if len(n.hits) > 4096 {
+		n.hits = nil // do not keep a flood's worth of memory
+	}
+	if err != nil {
+		return fmt.Errorf("gossip: sending report: %w", err)
+	}
+	return nil
+}
+
+// broadcast sends hits to every peer, or a heartbeat when there are none.
+// Called with reportMu held.
+func (n *Node) broadcast(now time.Time, hits []Hit) error {
 	var packets, bytes uint64
 	var sendErr error
-	skipped, err := n.enc.Encode(now, n.hits, func(pkt []byte) error {
+	skipped, err := n.enc.Encode(now, hits, func(pkt []byte) error {
 		if err := n.transport.Send(pkt); err != nil {
 			sendErr = err
 			return nil // the other datagrams may still get through
@@ -195,28 +229,33 @@ func (n *Node) Report(now time.Time) error {
 		bytes += uint64(len(pkt))
 		return nil
 	})
+	n.countSent(packets, bytes, len(hits)-skipped, sendErr != nil)
 	n.mu.Lock()
-	n.stats.PacketsSent += packets
-	n.stats.BytesSent += bytes
-	n.stats.TagsSent += uint64(len(n.hits) - skipped)
 	n.stats.SkippedTags += uint64(skipped)
-	if sendErr != nil {
-		n.stats.SendErrors++
-	}
-	n.stats.LastReport = now
-	n.stats.LastReportDuration = time.Since(start)
 	n.mu.Unlock()
-	n.advertise(now)
-	if len(n.hits) > 4096 {
-		n.hits = nil // do not keep a flood's worth of memory
-	}
 	if err == nil {
 		err = sendErr
 	}
-	if err != nil {
-		return fmt.Errorf("gossip: sending report: %w", err)
+	return err
+}
+
+// countSent adds datagrams, bytes and tag entries sent to the counters.
+func (n *Node) countSent(packets, bytes uint64, tags int, failed bool) {
+	n.mu.Lock()
+	n.stats.PacketsSent += packets
+	n.stats.BytesSent += bytes
+	n.stats.TagsSent += uint64(tags)
+	if failed {
+		n.stats.SendErrors++
 	}
-	return nil
+	n.mu.Unlock()
+}
+
+// silentAfter is the silence timeout now.
+func (n *Node) silentAfter() time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cfg.SilentAfter
 }
 
 // Receive checks one datagram and applies its hits if it is a new one
@@ -280,6 +319,12 @@ func (n *Node) Receive(p Packet) {
 		n.receiveSnapshot(msg, p)
 		return
 	}
+	if msg.Type == MsgToRelay || msg.Type == MsgCrossing {
+		// Streams to one address number their own sequence: relay.go.
+		n.mu.Unlock()
+		n.receiveRelayed(msg, p)
+		return
+	}
 	pr, isNew := n.peer(msg.Node, p)
 	if !pr.accept(msg.Seq) {
 		n.stats.DroppedDuplicate++
@@ -293,6 +338,7 @@ func (n *Node) Receive(p Packet) {
 	pr.info.Addr = p.From
 	pr.info.LastHeard = p.At
 	pr.info.FingerprintMatch = msg.Fingerprint == ours
+	pr.info.Relayed = msg.Relayed
 	wasSilent := pr.info.Silent
 	pr.info.Silent = false
 	warn := !pr.info.FingerprintMatch && !pr.warned
@@ -318,6 +364,9 @@ func (n *Node) Receive(p Packet) {
 	if msg.Type == MsgHits && len(msg.Hits) > 0 {
 		n.cfg.Apply(p.At, msg.Hits)
 	}
+	if msg.Type == MsgAggregate {
+		n.receiveAggregate(msg, p)
+	}
 	n.discover(msg, p, key != nil)
 	if msg.Type == MsgSnapshotRequest {
 		n.receiveRequest(msg, p)
@@ -327,20 +376,26 @@ func (n *Node) Receive(p Packet) {
 // peer returns the entry for node id, making room for it if needed.
 // Called with n.mu held.
 func (n *Node) peer(id uint64, p Packet) (_ *peer, isNew bool) {
-	if pr, ok := n.peers[id]; ok {
+	return peerFor(n.peers, id, p)
+}
+
+// peerFor returns the entry for node id in table, making room for it if
+// needed: the peer heard least recently goes.
+func peerFor(table map[uint64]*peer, id uint64, p Packet) (_ *peer, isNew bool) {
+	if pr, ok := table[id]; ok {
 		return pr, false
 	}
-	if len(n.peers) >= maxPeers {
+	if len(table) >= maxPeers {
 		var oldest *peer
-		for _, q := range n.peers {
+		for _, q := range table {
 			if oldest == nil || q.info.LastHeard.Before(oldest.info.LastHeard) {
 				oldest = q
 			}
 		}
-		delete(n.peers, oldest.info.Node)
+		delete(table, oldest.info.Node)
 	}
 	pr := &peer{info: PeerInfo{Node: id, Addr: p.From, FirstHeard: p.At, FingerprintMatch: true}}
-	n.peers[id] = pr
+	table[id] = pr
 	return pr, true
 }
 
@@ -357,10 +412,13 @@ func (n *Node) checkSilence(now time.Time) {
 		}
 		if quiet > n.cfg.SilentAfter && !pr.info.Silent {
 			pr.info.Silent = true
-			silent = append(silent, pr.info)
+			if !pr.info.Relayed { // one that reports through relays falls silent when it hears them
+				silent = append(silent, pr.info)
+			}
 		}
 	}
 	n.mu.Unlock()
+	n.checkRelays(now)
 	for _, p := range silent {
 		n.log.Warn("peer went silent", "peer", p.Addr, "node", nodeName(p.Node), "last_heard", p.LastHeard.Format(time.RFC3339))
 	}
@@ -369,8 +427,9 @@ func (n *Node) checkSilence(now time.Time) {
 // Peers returns the peers heard, ordered by node id.
 func (n *Node) Peers() []PeerInfo {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	return sortedPeers(n.peers)
+	out := sortedPeers(n.peers)
+	n.mu.Unlock()
+	return n.relayPeers(out)
 }
 
 // Stats returns the node's counters.
@@ -382,6 +441,11 @@ func (n *Node) Stats() Stats {
 	}
 	n.mu.Unlock()
 	st.Warm = n.WarmStats()
+	now := st.LastReport
+	if now.IsZero() {
+		now = time.Now()
+	}
+	st.Relay = n.relayStats(now)
 	return st
 }
 
@@ -400,6 +464,10 @@ func (n *Node) run() {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	packets := n.transport.Packets()
+	var link <-chan Packet
+	if n.relay.link != nil {
+		link = n.relay.link.Packets()
+	}
 	var pace <-chan time.Time
 	var paceTicker *time.Ticker
 	defer func() {
@@ -434,6 +502,12 @@ func (n *Node) run() {
 				continue
 			}
 			n.Receive(p)
+		case p, ok := <-link:
+			if !ok {
+				link = nil
+				continue
+			}
+			n.Receive(p)
 		}
 	}
 }
@@ -457,6 +531,11 @@ func (n *Node) Stop(ctx context.Context) error {
 		}
 		if cerr := n.transport.Close(); cerr != nil && err == nil {
 			err = cerr
+		}
+		if l := n.relay.link; l != nil {
+			if cerr := l.Close(); cerr != nil && err == nil {
+				err = cerr
+			}
 		}
 	})
 	return err

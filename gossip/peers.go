@@ -17,6 +17,12 @@ type PeerInfo struct {
 	Duplicates       uint64    `json:"duplicates"` // datagrams seen twice (or too old to tell)
 	FingerprintMatch bool      `json:"fingerprint_match"`
 	Silent           bool      `json:"silent"` // not heard for the silence timeout
+	// Relayed says the peer reports through relays when it hears one, so
+	// its silence is expected and not logged.
+	Relayed bool `json:"relayed,omitempty"`
+	// Relay is RelayOfSegment for a relay of this node's segment,
+	// RelayOfRemote for one of another segment, empty for a node.
+	Relay string `json:"relay,omitempty"`
 	// Found says how this node came to send to the peer: FoundConfigured,
 	// FoundResolved, FoundLearned or FoundMulticast. The node leaves it
 	// empty; the daemon, which knows the transports, fills it in.

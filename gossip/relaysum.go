@@ -48,9 +48,10 @@ type RelaySum struct {
 	hold    HoldFunc
 	hotAges int
 	every   time.Duration
-	held    map[string]*heldSum
-	hot     map[string]time.Time // until when a tag is hot
-	stats   RelayStats
+	held     map[string]*heldSum
+	hot      map[string]time.Time // until when a tag is hot
+	overflow []Hit                // passed on unheld: the sums were full
+	stats    RelayStats
 }
 
 type heldSum struct {
@@ -67,6 +68,7 @@ type RelayStats struct {
 	Passed      uint64 // hits passed on
 	Dropped     uint64 // hits dropped as too sparse to matter
 	DroppedTags uint64 // sums dropped
+	Overflow    uint64 // hits passed on unheld because the sums were full
 }
 
 // NewRelaySum returns an empty sum for a relay that sends an aggregate
@@ -105,6 +107,11 @@ func (r *RelaySum) Flush(now time.Time, dst []Hit) []Hit {
 		}
 	}
 	first := len(dst)
+	for _, h := range r.overflow {
+		dst = append(dst, h)
+		r.stats.Passed += uint64(h.Count)
+	}
+	r.overflow = r.overflow[:0]
 	for key, e := range r.held {
 		theta, age := r.hold(key)
 		_, hot := r.hot[key]
@@ -114,7 +121,8 @@ func (r *RelaySum) Flush(now time.Time, dst []Hit) []Hit {
 			delete(r.held, key)
 			r.stats.Passed += uint64(e.count)
 			r.stats.HeldHits -= uint64(e.count)
-			if e.count >= theta || hot && e.count >= keepHot(theta, age, r.every) {
+			keep := e.count >= theta || hot && e.count >= keepHot(theta, age, r.every)
+			if keep && (hot || len(r.hot) < maxLedger) {
 				r.hot[key] = now.Add(time.Duration(r.hotAges) * age)
 			}
 		case now.Sub(e.since) >= age:
@@ -232,4 +240,36 @@ func PickRelay(key string, n int) int {
 		h *= 16777619
 	}
 	return int(h % uint32(n))
+}
+
+// addCapped is Add, but a tag new to a sum that holds maxLedger tags
+// already is passed on at the next aggregate instead of held.
+func (r *RelaySum) addCapped(now time.Time, hits []Hit) {
+	if len(r.held) < maxLedger {
+		r.Add(now, hits)
+		return
+	}
+	for _, h := range hits {
+		if _, ok := r.held[h.Key]; ok {
+			r.Add(now, []Hit{h})
+		} else if h.Key != "" && h.Count > 0 {
+			r.stats.Added += uint64(h.Count)
+			r.stats.Overflow += uint64(h.Count)
+			r.overflow = append(r.overflow, h)
+		}
+	}
+}
+
+// sentCapped is Sent, but records no tag new to a ledger that holds
+// maxLedger tags already.
+func (o *OwnHits) sentCapped(now time.Time, hits []Hit) {
+	if len(o.m) < maxLedger {
+		o.Sent(now, hits)
+		return
+	}
+	for _, h := range hits {
+		if _, ok := o.m[h.Key]; ok {
+			o.Sent(now, []Hit{h})
+		}
+	}
 }

@@ -8,9 +8,13 @@
 //	0       2     magic "DT" (0x44 0x54)
 //	2       1     version, 1
 //	3       1     type: 1 hits, 2 heartbeat, 3 snapshot answer, 4 snapshot
-//	              request (wire_snapshot.go)
-//	4       1     flags: bit 0 set when the MAC trailer is present; the
-//	              other bits are reserved, written as 0 and ignored on receipt
+//	              request (wire_snapshot.go), 5 peers (discovery.go), 6 hits
+//	              for a relay, 7 a relay's aggregate, 8 an aggregate for
+//	              another segment (wire_relay.go)
+//	4       1     flags: bit 0 set when the MAC trailer is present; bit 1
+//	              set when the sender reports through relays while it
+//	              hears one (its silence is then expected); the other bits
+//	              are reserved, written as 0 and ignored on receipt
 //	5       8     sender node id, random per process start
 //	13      8     sequence number per sender, +1 per datagram, first is 1
 //	21      8     sender's clock, Unix milliseconds
@@ -81,13 +85,15 @@ type Header struct {
 	Seq         uint64    // per sender, +1 per datagram, starting at 1
 	Sent        time.Time // sender's clock, millisecond precision on the wire
 	Fingerprint uint64    // of the sender's policies
+	Relayed     bool      // flag bit 1: the sender reports through relays it hears
 }
 
 // Message is one decoded datagram.
 type Message struct {
 	Header
-	// Hits holds, for MsgHits, the body's entries in wire order; never an
-	// empty key or a zero count. Nil for every other type.
+	// Hits holds, for MsgHits and the relay types (6, 7, 8), the body's
+	// entries in wire order; never an empty key or a zero count. Nil for
+	// every other type.
 	Hits []Hit
 	// Snapshot holds the body of a MsgSnapshot; nil for every other type.
 	Snapshot *Snapshot
@@ -106,6 +112,9 @@ const (
 	headerLen = 37
 	macLen    = sha256.Size
 	flagMAC   = 1 << 0
+	// flagRelayed marks a sender that reports through relays when it
+	// hears one: receivers expect its silence.
+	flagRelayed = 1 << 1
 )
 
 // Limits and defaults of the wire format, which config's bounds and
@@ -146,6 +155,7 @@ type Encoder struct {
 	Fingerprint uint64 // of the sender's policies
 	MaxPacket   int    // bytes per datagram, in [MinPacket, MaxPacket]
 	Key         []byte // HMAC-SHA256 key; nil or empty sends no MAC
+	Relayed     bool   // set flag bit 1: this sender reports through relays
 
 	seq    uint64
 	buf    []byte
@@ -165,6 +175,12 @@ func (e *Encoder) Seq() uint64 { return e.seq }
 // emit must not retain pkt: its buffer is reused. If emit returns an error,
 // Encode stops and returns it; the remaining hits are not sent.
 func (e *Encoder) Encode(now time.Time, hits []Hit, emit func(pkt []byte) error) (skipped int, err error) {
+	return e.encode(now, MsgHits, MsgHeartbeat, hits, emit)
+}
+
+// encode emits hits as datagrams of type t, or one empty datagram of type
+// empty when no hit is sent (none if empty is 0).
+func (e *Encoder) encode(now time.Time, t, empty MsgType, hits []Hit, emit func(pkt []byte) error) (skipped int, err error) {
 	if err := e.prepare(); err != nil {
 		return 0, err
 	}
@@ -206,14 +222,14 @@ func (e *Encoder) Encode(now time.Time, hits []Hit, emit func(pkt []byte) error)
 			buf[headerLen] = msgpcode.Map16
 			binary.BigEndian.PutUint16(buf[headerLen+1:], uint16(n))
 		}
-		if err := emit(e.seal(buf, MsgHits, ms)); err != nil {
+		if err := emit(e.seal(buf, t, ms)); err != nil {
 			return skipped, err
 		}
 		sent = true
 	}
-	if !sent {
+	if !sent && empty != 0 {
 		buf := append(e.buf[:headerLen], msgpcode.FixedMapLow)
-		if err := emit(e.seal(buf, MsgHeartbeat, ms)); err != nil {
+		if err := emit(e.seal(buf, empty, ms)); err != nil {
 			return skipped, err
 		}
 	}
@@ -247,7 +263,10 @@ func (e *Encoder) seal(buf []byte, t MsgType, ms uint64) []byte {
 	buf[0], buf[1], buf[2], buf[3] = 'D', 'T', Version, byte(t)
 	buf[4] = 0
 	if e.mac != nil {
-		buf[4] = flagMAC
+		buf[4] |= flagMAC
+	}
+	if e.Relayed {
+		buf[4] |= flagRelayed
 	}
 	binary.BigEndian.PutUint64(buf[5:], e.Node)
 	binary.BigEndian.PutUint64(buf[13:], e.seq)

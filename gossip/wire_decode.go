@@ -58,9 +58,10 @@ func Decode(b []byte, key []byte) (Message, error) {
 		Seq:         binary.BigEndian.Uint64(b[13:]),
 		Sent:        time.UnixMilli(int64(binary.BigEndian.Uint64(b[21:]))),
 		Fingerprint: binary.BigEndian.Uint64(b[29:]),
+		Relayed:     b[4]&flagRelayed != 0,
 	}}
 	switch m.Type {
-	case MsgHits, MsgHeartbeat:
+	case MsgHits, MsgHeartbeat, MsgToRelay, MsgAggregate, MsgCrossing:
 		hits, err := st.decodeBody(b[headerLen:end], m.Type == MsgHeartbeat)
 		if err != nil {
 			return Message{}, err

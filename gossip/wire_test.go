@@ -437,7 +437,7 @@ func TestDecodeGarbage(t *testing.T) {
 		"no-ops dropped":         {hits(0x83, 0xa0, 3, 0xa1, 'z', 0, 0xa1, 'a', 2), []Hit{{"a", 2}}},
 		"duplicates kept":        {hits(0x82, 0xa1, 'a', 1, 0xa1, 'a', 2), []Hit{{"a", 1}, {"a", 2}}},
 		"empty hits map":         {hits(0x80), nil},
-		"unknown type 6":         {append(header(6), "any body at all"...), nil},
+		"unknown type 9":         {append(header(9), "any body at all"...), nil},
 		"unknown type 200":       {header(200), nil},
 		"reserved flags ignored": {func() []byte { b := hits(0x81, 0xa1, 'a', 1); b[4] = 0xfe; return b }(), []Hit{{"a", 1}}},
 	}

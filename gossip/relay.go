@@ -1,0 +1,539 @@
+package gossip
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// This file owns relaying on a node (docs/scaling.md): sending the node's
+// hits to its segment's relays instead of to every peer, and applying the
+// relays' aggregates less the node's own hits; on a relay, summing what
+// the segment's nodes send, passing it on every interval to the segment
+// and to the relays of other segments, and passing into the segment what
+// those send. The sums and the ledger of own hits are relaysum.go's, the
+// message types wire_relay.go's.
+
+// RelayMode says how a node takes part in relaying.
+type RelayMode uint8
+
+const (
+	// RelayOff sends the node's hits to every peer, as without relays. It
+	// still applies the aggregates of any relay it hears.
+	RelayOff RelayMode = iota
+	// RelayUse sends the node's hits to the relays of its segment it
+	// hears, and to every peer while it hears none.
+	RelayUse
+	// RelayServe makes the node one of its segment's relays, and sends
+	// its own hits as RelayUse does.
+	RelayServe
+)
+
+// String is the mode as configuration names it.
+func (m RelayMode) String() string {
+	switch m {
+	case RelayOff:
+		return "off"
+	case RelayUse:
+		return "use"
+	case RelayServe:
+		return "serve"
+	}
+	return fmt.Sprintf("RelayMode(%d)", uint8(m))
+}
+
+// RelayConfig configures relaying. The zero value is RelayOff.
+type RelayConfig struct {
+	Mode RelayMode
+	// Hold gives, on a relay, a tag's threshold and hold age (HoldFor);
+	// nil holds nothing back.
+	Hold HoldFunc
+	// MaxAge is the longest hold age Hold gives: a node forgets the hits
+	// it sent to relays and has not seen come back after MaxAge plus two
+	// intervals and the silence timeout.
+	MaxAge time.Duration
+	// Link, on a relay, carries crossings to the relays of other segments
+	// and receives theirs; nil joins no other segment. The node closes it
+	// on Stop. It is set at NewNode only.
+	Link Transport
+}
+
+// maxLedger bounds each relay ledger's tags (a relay's held sums, the
+// hits from other segments, a node's own hits not yet come back), however
+// many tags arrive: past it, a relay passes a new tag on unheld, and a
+// node keeps no record of it (its own hits then come back and are
+// counted twice, which refuses early, never late).
+const maxLedger = 1 << 20
+
+// Relay states a peer can have in the peers view (PeerInfo.Relay).
+const (
+	RelayOfSegment = "segment" // a relay of this node's segment
+	RelayOfRemote  = "remote"  // a relay of another segment
+)
+
+// relayState is a node's side of relaying. Its mutex guards everything
+// but encs, which only Report uses, under the node's reportMu.
+type relayState struct {
+	mu      sync.Mutex
+	cfg     RelayConfig
+	link    Transport // cfg.Link as NewNode got it
+	every   time.Duration
+	relays  map[uint64]*relayHeard // this segment's relays, by node id
+	remote  map[uint64]*peer       // other segments' relays, with their windows
+	senders map[uint64]*peer       // nodes that send this relay hits
+	sum     *RelaySum              // when serving
+	foreign map[string]uint32      // other segments' hits for the next aggregate
+	own     *OwnHits
+	stats   RelayNodeStats
+
+	encs    map[uint64]*Encoder // per relay, the stream of hits sent to it
+	liveBuf []liveRelay
+	linkEnc Encoder
+	byRelay [][]Hit
+	out     []Hit
+	cross   []Hit
+	mine    []Hit
+}
+
+type relayHeard struct {
+	addr   string
+	last   time.Time
+	silent bool
+}
+
+// liveRelay is a relay a node sends to: its id and address, or itself.
+type liveRelay struct {
+	id   uint64
+	addr string
+	self bool
+}
+
+// RelayNodeStats are a node's relaying counters, and its relay's sums.
+type RelayNodeStats struct {
+	Mode         string `json:"mode"`
+	Relays       int    `json:"relays"`        // this segment's relays heard now
+	RemoteRelays int    `json:"remote_relays"` // other segments' relays heard now
+	// Reports sent through relays, and sent to every peer while relaying
+	// is on but no relay was heard.
+	ViaRelays, Direct uint64
+	// Datagrams and bytes sent: hits to relays (type 6), aggregates (7),
+	// crossings (8).
+	ToRelayPackets, ToRelayBytes     uint64
+	AggregatePackets, AggregateBytes uint64
+	CrossingPackets, CrossingBytes   uint64
+	// Received and accepted.
+	ToRelayReceived, ToRelayBytesReceived     uint64
+	AggregatesReceived, AggregateBytesReceived uint64
+	CrossingsReceived, CrossingBytesReceived   uint64
+	ForeignHits    uint64 // other segments' hits passed into this one
+	RemoteSilences uint64 // times a relay of another segment went silent
+	// Crossings from a relay of this very segment, ignored (relay.peers
+	// should list only other segments' relays).
+	CrossingsOwnSegment uint64
+	OwnPending   int    // tags whose hits sent to relays have not come back
+	OwnForgotten uint64 // hits not seen back in time, forgotten
+	Sum          RelayStats
+}
+
+func (rs *relayState) init(cfg RelayConfig, every time.Duration) {
+	rs.relays = map[uint64]*relayHeard{}
+	rs.remote = map[uint64]*peer{}
+	rs.senders = map[uint64]*peer{}
+	rs.foreign = map[string]uint32{}
+	rs.encs = map[uint64]*Encoder{}
+	rs.every = every
+	rs.link = cfg.Link
+	rs.own = NewOwnHits(0)
+	rs.set(cfg)
+}
+
+// set applies cfg but its Link. Called with mu held, or before use.
+func (rs *relayState) set(cfg RelayConfig) {
+	rs.cfg = cfg
+	rs.own.forget = cfg.MaxAge + 2*rs.every + silentAfter(rs.every)
+	hold := cfg.Hold
+	if hold == nil {
+		hold = func(string) (uint32, time.Duration) { return 1, rs.every }
+	}
+	switch {
+	case cfg.Mode != RelayServe:
+		rs.sum = nil
+	case rs.sum == nil:
+		rs.sum = NewRelaySum(hold, 2, rs.every)
+	default:
+		rs.sum.hold, rs.sum.every = hold, rs.every
+	}
+}
+
+// SetRelay changes the relaying mode and hold-back from the next report
+// on (a reload). The link to other segments stays the one NewNode got.
+// A relay that stops serving drops the sums it held.
+func (n *Node) SetRelay(cfg RelayConfig) {
+	rs := &n.relay
+	rs.mu.Lock()
+	rs.set(cfg)
+	rs.mu.Unlock()
+}
+
+// live returns the relays to send to at now, ordered by node id (so that
+// every node of the segment picks alike): those heard within the silence
+// timeout, and the node itself when it serves. None when relaying is off.
+func (rs *relayState) live(now time.Time, self uint64, silent time.Duration, dst []liveRelay) []liveRelay {
+	if rs.cfg.Mode == RelayOff {
+		return dst
+	}
+	if rs.cfg.Mode == RelayServe {
+		dst = append(dst, liveRelay{id: self, self: true})
+	}
+	for id, r := range rs.relays {
+		if now.Sub(r.last) <= silent {
+			dst = append(dst, liveRelay{id: id, addr: r.addr})
+		}
+	}
+	slices.SortFunc(dst, func(a, b liveRelay) int {
+		switch {
+		case a.id < b.id:
+			return -1
+		case a.id > b.id:
+			return 1
+		}
+		return 0
+	})
+	return dst
+}
+
+// route returns the relays this report goes to, none to send to every
+// peer, and marks the node's datagrams as relayed while relaying is on.
+// Called with reportMu held.
+func (n *Node) route(now time.Time) []liveRelay {
+	rs := &n.relay
+	silent := n.silentAfter()
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.liveBuf = rs.live(now, n.id, silent, rs.liveBuf[:0])
+	n.enc.Relayed = rs.cfg.Mode != RelayOff
+	if len(rs.liveBuf) == 0 && n.enc.Relayed {
+		rs.stats.Direct++
+	}
+	return rs.liveBuf
+}
+
+// sendToRelays sends each hit to the relay PickRelay gives among live, a
+// relay's own share to its sums, and records them as sent. Called with
+// reportMu held.
+func (n *Node) sendToRelays(now time.Time, hits []Hit, live []liveRelay) error {
+	rs := &n.relay
+	for len(rs.byRelay) < len(live) {
+		rs.byRelay = append(rs.byRelay, nil)
+	}
+	for k := range live {
+		rs.byRelay[k] = rs.byRelay[k][:0]
+	}
+	for _, h := range hits {
+		k := PickRelay(h.Key, len(live))
+		rs.byRelay[k] = append(rs.byRelay[k], h)
+	}
+	rs.mu.Lock()
+	rs.stats.OwnForgotten += rs.own.Forget(now)
+	for k, r := range live {
+		rs.own.sentCapped(now, rs.byRelay[k])
+		if r.self && rs.sum != nil {
+			rs.sum.addCapped(now, rs.byRelay[k])
+		}
+	}
+	rs.stats.ViaRelays++
+	rs.mu.Unlock()
+
+	u, _ := n.transport.(Unicaster)
+	var errs []error
+	var packets, bytes uint64
+	for k, r := range live {
+		if r.self || len(rs.byRelay[k]) == 0 {
+			continue
+		}
+		enc := rs.encs[r.id]
+		if enc == nil {
+			enc = &Encoder{Node: n.id}
+			rs.encs[r.id] = enc
+		}
+		n.configure(enc)
+		enc.Relayed = true
+		_, err := enc.EncodeRelay(now, MsgToRelay, rs.byRelay[k], func(pkt []byte) error {
+			var err error
+			if u != nil {
+				err = u.SendTo(pkt, r.addr)
+			} else {
+				err = n.transport.Send(pkt)
+			}
+			if err == nil {
+				packets++
+				bytes += uint64(len(pkt))
+			}
+			return err
+		})
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	n.countSent(packets, bytes, len(hits), len(errs) > 0)
+	rs.mu.Lock()
+	rs.stats.ToRelayPackets += packets
+	rs.stats.ToRelayBytes += bytes
+	for id := range rs.encs {
+		if _, ok := rs.relays[id]; !ok && id != n.id {
+			delete(rs.encs, id) // a relay forgotten, or restarted under a new id
+		}
+	}
+	rs.mu.Unlock()
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// forward, on a relay, sends the aggregate of this interval to the
+// segment (an empty one when there is nothing to pass on), the segment's
+// own share of it to the relays of other segments, and applies to this
+// node's table what it carries of other nodes' hits. Called with reportMu
+// held.
+func (n *Node) forward(now time.Time) error {
+	rs := &n.relay
+	rs.mu.Lock()
+	if rs.sum == nil {
+		rs.mu.Unlock()
+		return nil
+	}
+	rs.out = rs.sum.Flush(now, rs.out[:0])
+	rs.cross = append(rs.cross[:0], rs.out...)
+	for key, c := range rs.foreign {
+		rs.out = append(rs.out, Hit{Key: key, Count: c})
+		rs.stats.ForeignHits += uint64(c)
+	}
+	clear(rs.foreign)
+	rs.mine = rs.own.Others(rs.out, rs.mine[:0])
+	link := rs.link
+	rs.mu.Unlock()
+
+	var errs []error
+	var packets, bytes uint64
+	_, err := n.enc.EncodeRelay(now, MsgAggregate, rs.out, func(pkt []byte) error {
+		err := n.transport.Send(pkt)
+		if err == nil {
+			packets++
+			bytes += uint64(len(pkt))
+		}
+		return err
+	})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	var cpackets, cbytes uint64
+	if link != nil {
+		n.configure(&rs.linkEnc)
+		rs.linkEnc.Node = n.id
+		_, err := rs.linkEnc.EncodeRelay(now, MsgCrossing, rs.cross, func(pkt []byte) error {
+			err := link.Send(pkt)
+			if err == nil {
+				cpackets++
+				cbytes += uint64(len(pkt))
+			}
+			return err
+		})
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	n.countSent(packets+cpackets, bytes+cbytes, 0, len(errs) > 0)
+	rs.mu.Lock()
+	rs.stats.AggregatePackets += packets
+	rs.stats.AggregateBytes += bytes
+	rs.stats.CrossingPackets += cpackets
+	rs.stats.CrossingBytes += cbytes
+	rs.mu.Unlock()
+	if len(rs.mine) > 0 {
+		n.cfg.Apply(now, rs.mine)
+	}
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// receiveAggregate applies a relay's aggregate, less this node's own hits
+// it carries, and notes the relay as heard.
+func (n *Node) receiveAggregate(msg Message, p Packet) {
+	rs := &n.relay
+	rs.mu.Lock()
+	r := rs.relays[msg.Node]
+	if r == nil {
+		if len(rs.relays) >= maxPeers {
+			rs.mu.Unlock()
+			return
+		}
+		r = &relayHeard{}
+		rs.relays[msg.Node] = r
+		n.log.Info("relay heard", "peer", p.From, "node", nodeName(msg.Node))
+	} else if r.silent {
+		n.log.Info("relay heard again", "peer", p.From, "node", nodeName(msg.Node))
+	}
+	r.addr, r.last, r.silent = p.From, p.At, false
+	delete(rs.remote, msg.Node) // a relay of this segment, not of another
+	rs.stats.AggregatesReceived++
+	rs.stats.AggregateBytesReceived += uint64(len(p.Data))
+	mine := rs.own.Others(msg.Hits, nil)
+	rs.mu.Unlock()
+	if len(mine) > 0 {
+		n.cfg.Apply(p.At, mine)
+	}
+}
+
+// receiveRelayed takes a node's hits for this relay (type 6) or another
+// segment's crossing (type 8), each checked against a replay window of
+// its own stream. A node that does not serve applies them as they are.
+func (n *Node) receiveRelayed(msg Message, p Packet) {
+	rs := &n.relay
+	now := p.At
+	silent := n.silentAfter()
+	rs.mu.Lock()
+	table := rs.senders
+	if msg.Type == MsgCrossing {
+		if _, ours := rs.relays[msg.Node]; ours {
+			// A relay of this segment: its hits reach this node in its
+			// aggregates already.
+			rs.stats.CrossingsOwnSegment++
+			rs.mu.Unlock()
+			return
+		}
+		table = rs.remote
+	}
+	pr, isNew := peerFor(table, msg.Node, p)
+	if !pr.accept(msg.Seq) {
+		rs.mu.Unlock()
+		n.mu.Lock()
+		n.stats.DroppedDuplicate++
+		n.mu.Unlock()
+		return
+	}
+	pr.info.Packets++
+	pr.info.Addr, pr.info.LastHeard = p.From, p.At
+	wasSilent := pr.info.Silent
+	pr.info.Silent = false
+	var apply []Hit
+	switch {
+	case rs.sum == nil:
+		apply = msg.Hits
+	case msg.Type == MsgToRelay:
+		rs.stats.ToRelayReceived++
+		rs.stats.ToRelayBytesReceived += uint64(len(p.Data))
+		rs.sum.addCapped(now, msg.Hits)
+	default:
+		rs.stats.CrossingsReceived++
+		rs.stats.CrossingBytesReceived += uint64(len(p.Data))
+		var buf [8]liveRelay
+		live := rs.live(now, n.id, silent, buf[:0])
+		for _, h := range msg.Hits {
+			if !live[PickRelay(h.Key, len(live))].self {
+				continue // another relay of this segment passes it on
+			}
+			if _, ok := rs.foreign[h.Key]; ok || len(rs.foreign) < maxLedger {
+				rs.foreign[h.Key] += h.Count
+			}
+		}
+	}
+	for _, h := range msg.Hits {
+		pr.info.Hits += uint64(h.Count)
+	}
+	rs.mu.Unlock()
+	n.mu.Lock()
+	n.stats.PacketsReceived++
+	n.stats.BytesReceived += uint64(len(p.Data))
+	n.stats.TagsReceived += uint64(len(msg.Hits))
+	n.mu.Unlock()
+	if msg.Type == MsgCrossing && (isNew || wasSilent) {
+		n.log.Info("relay of another segment heard", "peer", p.From, "node", nodeName(msg.Node), "again", wasSilent)
+	}
+	if len(apply) > 0 {
+		n.cfg.Apply(now, apply)
+	}
+}
+
+// checkRelays notes the relays gone silent: this segment's (the node then
+// sends their tags elsewhere) and other segments' (their hits no longer
+// arrive: each side keeps its own rate), logged once each, and forgets
+// those silent for a hundred times as long.
+func (n *Node) checkRelays(now time.Time) {
+	rs := &n.relay
+	silent := n.silentAfter()
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for id, r := range rs.relays {
+		quiet := now.Sub(r.last)
+		if quiet > 100*silent {
+			delete(rs.relays, id)
+		} else if quiet > silent && !r.silent {
+			r.silent = true
+			n.log.Warn("relay went silent: its tags go to the other relays, or to every peer", "peer", r.addr, "node", nodeName(id))
+		}
+	}
+	expire := func(table map[uint64]*peer, remote bool) {
+		for id, pr := range table {
+			quiet := now.Sub(pr.info.LastHeard)
+			if quiet > 100*silent {
+				delete(table, id)
+			} else if quiet > silent && !pr.info.Silent {
+				pr.info.Silent = true
+				if remote {
+					rs.stats.RemoteSilences++
+					n.log.Warn("relay of another segment went silent: each segment holds its own rate until it is heard again",
+						"peer", pr.info.Addr, "node", nodeName(id))
+				}
+			}
+		}
+	}
+	expire(rs.remote, true)
+	expire(rs.senders, false)
+}
+
+// relayPeers marks, in the peers view, this segment's relays, and adds
+// the relays of other segments.
+func (n *Node) relayPeers(out []PeerInfo) []PeerInfo {
+	rs := &n.relay
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for i := range out {
+		if _, ok := rs.relays[out[i].Node]; ok {
+			out[i].Relay = RelayOfSegment
+		}
+	}
+	for _, p := range sortedPeers(rs.remote) {
+		p.Relay = RelayOfRemote
+		out = append(out, p)
+	}
+	return out
+}
+
+// relayStats returns the relaying counters at now.
+func (n *Node) relayStats(now time.Time) RelayNodeStats {
+	rs := &n.relay
+	silent := n.silentAfter()
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	st := rs.stats
+	st.Mode = rs.cfg.Mode.String()
+	for _, r := range rs.relays {
+		if now.Sub(r.last) <= silent {
+			st.Relays++
+		}
+	}
+	for _, p := range rs.remote {
+		if now.Sub(p.info.LastHeard) <= silent {
+			st.RemoteRelays++
+		}
+	}
+	st.OwnPending = rs.own.Len()
+	if rs.sum != nil {
+		st.Sum = rs.sum.Stats()
+	}
+	return st
+}

@@ -1,0 +1,387 @@
+package gossip
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// relayNode is a testNode that relays as mode says, with an optional link
+// to other segments.
+type relayNode struct {
+	*testNode
+	link *MemTransport
+}
+
+func newRelayNode(t *testing.T, seg *MemNetwork, link *MemNetwork, name string, mode RelayMode, hold HoldFunc) *relayNode {
+	t.Helper()
+	tn := &testNode{tr: seg.Join(name), log: &syncBuffer{}, applied: map[string]uint32{}}
+	rn := &relayNode{testNode: tn}
+	cfg := RelayConfig{Mode: mode, Hold: hold, MaxAge: 2 * time.Second}
+	if link != nil {
+		rn.link = link.Join(name)
+		cfg.Link = rn.link
+	}
+	n, err := NewNode(Config{
+		Since:    simT0,
+		Interval: time.Second,
+		Drain: func(dst []Hit) []Hit {
+			tn.mu.Lock()
+			defer tn.mu.Unlock()
+			dst = append(dst, tn.pending...)
+			tn.pending = nil
+			return dst
+		},
+		Apply: func(now time.Time, hits []Hit) {
+			tn.mu.Lock()
+			defer tn.mu.Unlock()
+			for _, h := range hits {
+				tn.applied[h.Key] += h.Count
+			}
+		},
+		Relay:  cfg,
+		Logger: slog.New(slog.NewTextHandler(tn.log, nil)),
+	}, tn.tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.Node = n
+	return rn
+}
+
+func (rn *relayNode) receiveAll() {
+	rn.testNode.receiveAll()
+	if rn.link == nil {
+		return
+	}
+	for {
+		select {
+		case p := <-rn.link.Packets():
+			rn.Receive(p)
+		default:
+			return
+		}
+	}
+}
+
+func (rn *relayNode) got(key string) uint32 {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	return rn.applied[key]
+}
+
+// relayRound has every node in up report at now, then delivers what was
+// sent (on the segments and links given) and has every node take it in.
+func relayRound(t *testing.T, now time.Time, up []*relayNode, nets ...*MemNetwork) {
+	t.Helper()
+	for _, n := range up {
+		if err := n.Report(now); err != nil && !errors.Is(err, ErrNoUnicast) {
+			t.Fatalf("%s: %v", n.tr.Name(), err)
+		}
+	}
+	for _, net := range nets {
+		net.Deliver(now)
+	}
+	for _, n := range up {
+		n.receiveAll()
+		n.checkSilence(now)
+	}
+}
+
+// TestRelaySegment: two relays and four nodes. Once the relays are heard,
+// every node applies every other node's hits exactly once, receives one
+// aggregate per relay per interval instead of one report per peer, and
+// the peers view marks the relays.
+func TestRelaySegment(t *testing.T) {
+	now := simT0
+	net := NewMemNetwork(MemConfig{Seed: 1}, func() time.Time { return now })
+	var all []*relayNode
+	for i := range 6 {
+		mode := RelayUse
+		if i < 2 {
+			mode = RelayServe
+		}
+		all = append(all, newRelayNode(t, net, nil, fmt.Sprintf("n%d", i), mode, nil))
+	}
+	const rounds = 8
+	for range rounds {
+		for i, n := range all {
+			n.serve("shared", 1)
+			n.serve(fmt.Sprintf("own%d", i), 2)
+		}
+		relayRound(t, now, all, net)
+		now = now.Add(time.Second)
+	}
+	before := all[4].Stats().PacketsReceived
+	for range 3 { // nothing served: what was sent is passed on
+		relayRound(t, now, all, net)
+		now = now.Add(time.Second)
+	}
+	if got := all[4].Stats().PacketsReceived - before; got != 6 {
+		t.Errorf("a node received %d datagrams in 3 quiet intervals, want 6 (one aggregate per relay per interval)", got)
+	}
+	for i, n := range all {
+		if got := n.got("shared"); got != 5*rounds {
+			t.Errorf("n%d applied %d hits of the shared tag, want %d (every other node's, once)", i, got, 5*rounds)
+		}
+		if got := n.got(fmt.Sprintf("own%d", i)); got != 0 {
+			t.Errorf("n%d applied %d of its own hits back", i, got)
+		}
+		for j := range all {
+			if j != i && n.got(fmt.Sprintf("own%d", j)) != 2*rounds {
+				t.Errorf("n%d applied %d hits of own%d, want %d", i, n.got(fmt.Sprintf("own%d", j)), j, 2*rounds)
+			}
+		}
+		st := n.Stats().Relay
+		if st.Relays+btoi(i < 2) != 2 || st.OwnPending != 0 {
+			t.Errorf("n%d: relay stats %+v, want 2 relays (itself counted apart) and nothing pending", i, st)
+		}
+	}
+	st := all[5].Stats().Relay
+	if st.Mode != "use" || st.ViaRelays < rounds-1 || st.Direct != 1 || st.ToRelayPackets == 0 {
+		t.Errorf("a node's relay stats: %+v, want mode use, reports via relays and one sent directly before any relay was heard", st)
+	}
+	if rs := all[0].Stats().Relay; rs.AggregatePackets != rounds+3 || rs.ToRelayReceived == 0 || rs.Sum.Passed == 0 {
+		t.Errorf("a relay's stats: %+v, want one aggregate per interval", rs)
+	}
+	var relays int
+	for _, p := range all[3].Peers() {
+		if p.Relay == RelayOfSegment {
+			relays++
+		}
+	}
+	if relays != 2 {
+		t.Errorf("peers view of n3 marks %d relays, want 2: %+v", relays, all[3].Peers())
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestRelayFallback: when the relays fall silent, nodes send their hits to
+// every peer after the silence timeout, and do not log each other as
+// silent meanwhile.
+func TestRelayFallback(t *testing.T) {
+	now := simT0
+	net := NewMemNetwork(MemConfig{Seed: 2}, func() time.Time { return now })
+	var all []*relayNode
+	for i := range 4 {
+		mode := RelayUse
+		if i < 2 {
+			mode = RelayServe
+		}
+		all = append(all, newRelayNode(t, net, nil, fmt.Sprintf("n%d", i), mode, nil))
+	}
+	for range 3 {
+		relayRound(t, now, all, net)
+		now = now.Add(time.Second)
+	}
+	nodes := all[2:]
+	net.Partition([]string{"n0", "n1"}, []string{"n2", "n3"}) // the relays are gone
+	for range 5 {
+		nodes[0].serve("x", 1)
+		relayRound(t, now, nodes, net)
+		now = now.Add(time.Second)
+	}
+	// Hits sent to a relay before the silence timeout are lost; those
+	// after reach the other node directly.
+	if got := nodes[1].got("x"); got < 1 || got > 3 {
+		t.Errorf("n3 applied %d of n2's 5 hits, want those sent after the timeout (1 to 3)", got)
+	}
+	if st := nodes[0].Stats().Relay; st.Direct < 2 || st.Relays != 0 {
+		t.Errorf("n2's relay stats %+v: want reports sent directly and no relay heard", st)
+	}
+	if l := nodes[0].log.String(); !strings.Contains(l, "relay went silent") || strings.Contains(l, "peer went silent") {
+		t.Errorf("n2's log: want the relays logged silent, and not n3:\n%s", l)
+	}
+}
+
+// TestRelayHold: a relay holds a sparse tag's sum until it reaches the
+// threshold, passes a busy tag at once, and drops a sum that stays under
+// the threshold for its hold age.
+func TestRelayHold(t *testing.T) {
+	now := simT0
+	net := NewMemNetwork(MemConfig{Seed: 3}, func() time.Time { return now })
+	hold := func(string) (uint32, time.Duration) { return 5, 3 * time.Second }
+	relay := newRelayNode(t, net, nil, "r", RelayServe, hold)
+	a := newRelayNode(t, net, nil, "a", RelayUse, nil)
+	b := newRelayNode(t, net, nil, "b", RelayUse, nil)
+	all := []*relayNode{relay, a, b}
+	relayRound(t, now, all, net) // a and b hear the relay
+	now = now.Add(time.Second)
+	a.serve("busy", 6)
+	a.serve("sparse", 1)
+	relayRound(t, now, all, net)
+	now = now.Add(time.Second)
+	relayRound(t, now, all, net) // the relay sums at its next report
+	now = now.Add(time.Second)
+	if b.got("busy") != 6 || b.got("sparse") != 0 {
+		t.Fatalf("b applied busy %d, sparse %d: want 6 and 0 (held)", b.got("busy"), b.got("sparse"))
+	}
+	if st := relay.Stats().Relay.Sum; st.HeldTags != 1 || st.HeldHits != 1 || st.HotTags != 1 {
+		t.Errorf("relay sums %+v: want the sparse tag held and the busy one hot", st)
+	}
+	for range 8 {
+		relayRound(t, now, all, net)
+		now = now.Add(time.Second)
+	}
+	if st := relay.Stats().Relay.Sum; st.Dropped != 1 || st.HeldTags != 0 || b.got("sparse") != 0 {
+		t.Errorf("relay sums %+v, b applied %d sparse: want the sparse hit dropped after its age", st, b.got("sparse"))
+	}
+	if st := a.Stats().Relay; st.OwnPending != 0 || st.OwnForgotten != 1 {
+		t.Errorf("a's ledger %+v: want the dropped hit forgotten", st)
+	}
+}
+
+// TestRelaySegments: two segments joined by their relays. A hit served in
+// one is applied once on every node of the other; a cut link is logged
+// and counted, each side keeps its own count, and healing resumes.
+func TestRelaySegments(t *testing.T) {
+	now := simT0
+	clock := func() time.Time { return now }
+	segA, segB := NewMemNetwork(MemConfig{Seed: 4}, clock), NewMemNetwork(MemConfig{Seed: 5}, clock)
+	link := NewMemNetwork(MemConfig{Seed: 6}, clock)
+	var a, b []*relayNode
+	for i := range 4 {
+		mode, l := RelayUse, (*MemNetwork)(nil)
+		if i < 2 {
+			mode, l = RelayServe, link
+		}
+		a = append(a, newRelayNode(t, segA, l, fmt.Sprintf("a%d", i), mode, nil))
+		b = append(b, newRelayNode(t, segB, l, fmt.Sprintf("b%d", i), mode, nil))
+	}
+	all := append(slices.Clone(a), b...)
+	for range 3 {
+		relayRound(t, now, all, segA, segB, link)
+		now = now.Add(time.Second)
+	}
+	for _, n := range all {
+		n.mu.Lock()
+		clear(n.applied)
+		n.mu.Unlock()
+	}
+	const rounds = 5
+	for range rounds {
+		a[3].serve("t", 2)
+		b[2].serve("t", 1)
+		relayRound(t, now, all, segA, segB, link)
+		now = now.Add(time.Second)
+	}
+	for range 4 {
+		relayRound(t, now, all, segA, segB, link)
+		now = now.Add(time.Second)
+	}
+	for _, n := range all {
+		want := uint32(3 * rounds)
+		switch n {
+		case a[3]:
+			want = rounds
+		case b[2]:
+			want = 2 * rounds
+		}
+		if got := n.got("t"); got != want {
+			t.Errorf("%s applied %d hits of t, want %d", n.tr.Name(), got, want)
+		}
+	}
+	if st := b[0].Stats().Relay; st.RemoteRelays != 2 || st.CrossingsReceived == 0 || st.CrossingPackets == 0 {
+		t.Errorf("b0's relay stats %+v: want both of a's relays heard across", st)
+	}
+	var remote int
+	for _, p := range b[1].Peers() {
+		if p.Relay == RelayOfRemote {
+			remote++
+		}
+	}
+	if remote != 2 {
+		t.Errorf("b1's peers view shows %d remote relays, want 2", remote)
+	}
+
+	// Cut the link: each side counts its own hits only, and says so.
+	link.Partition([]string{"a0", "a1"}, []string{"b0", "b1"})
+	for range 5 {
+		a[3].serve("cut", 1)
+		b[2].serve("cut", 1)
+		relayRound(t, now, all, segA, segB, link)
+		now = now.Add(time.Second)
+	}
+	relayRound(t, now, all, segA, segB, link)
+	now = now.Add(time.Second)
+	if got, st := b[3].got("cut"), b[0].Stats().Relay; got != 5 || st.RemoteSilences != 2 || st.RemoteRelays != 0 {
+		t.Errorf("link cut: b3 applied %d (want 5, its side's), b0's stats %+v (want 2 remote silences)", got, st)
+	}
+	if !strings.Contains(b[0].log.String(), "relay of another segment went silent") {
+		t.Errorf("b0 did not log the cut:\n%s", b[0].log.String())
+	}
+	link.Partition()
+	for range 3 {
+		a[3].serve("healed", 1)
+		relayRound(t, now, all, segA, segB, link)
+		now = now.Add(time.Second)
+	}
+	relayRound(t, now, all, segA, segB, link)
+	now = now.Add(time.Second)
+	relayRound(t, now, all, segA, segB, link)
+	if got := b[3].got("healed"); got != 3 {
+		t.Errorf("after healing b3 applied %d of a3's 3 hits, want 3", got)
+	}
+	if !strings.Contains(b[0].log.String(), "relay of another segment heard") {
+		t.Errorf("b0 did not log the link's return:\n%s", b[0].log.String())
+	}
+}
+
+// TestRelayGolden pins a hits-for-a-relay datagram (type 6, flag bit 1
+// set) to testdata/golden_relay.hex, both ways: the bytes README's wire
+// format section shows. Types 7 and 8 differ from it in the type byte only.
+func TestRelayGolden(t *testing.T) {
+	want := readHex(t, "testdata/golden_relay.hex")
+	encode := func(typ MsgType) []byte {
+		e := &Encoder{Node: 0x0102030405060708, Fingerprint: 0x1122334455667788, MaxPacket: 1400, Relayed: true}
+		e.seq = 6
+		var got []byte
+		if _, err := e.EncodeRelay(time.UnixMilli(1767225600000), typ, []Hit{{"10.0.0.9", 3}, {"key:abc", 200}}, func(p []byte) error {
+			got = slices.Clone(p)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := encode(MsgToRelay); !slices.Equal(got, want) {
+		t.Fatalf("EncodeRelay:\n%x\nwant testdata/golden_relay.hex:\n%x", got, want)
+	}
+	for _, typ := range []MsgType{MsgToRelay, MsgAggregate, MsgCrossing} {
+		b := encode(typ)
+		if b[3] != byte(typ) || !slices.Equal(b[4:], want[4:]) {
+			t.Errorf("type %d: %x, want the golden datagram with type byte %d", typ, b, typ)
+		}
+		m, err := Decode(b, nil)
+		if err != nil || m.Type != typ || m.Seq != 7 || !m.Relayed || m.Node != 0x0102030405060708 ||
+			!slices.Equal(m.Hits, []Hit{{"10.0.0.9", 3}, {"key:abc", 200}}) {
+			t.Errorf("Decode(type %d) = %+v, %v", typ, m, err)
+		}
+	}
+	// An empty aggregate or crossing is the relay's heartbeat; nothing
+	// is sent to a relay with no hits for it.
+	for typ, want := range map[MsgType]int{MsgToRelay: 0, MsgAggregate: 1, MsgCrossing: 1} {
+		e := &Encoder{Node: 1, MaxPacket: 1400}
+		sent := 0
+		e.EncodeRelay(time.UnixMilli(0), typ, nil, func(p []byte) error {
+			if len(p) != headerLen+1 || p[headerLen] != 0x80 {
+				t.Errorf("type %d heartbeat: %x", typ, p)
+			}
+			sent++
+			return nil
+		})
+		if sent != want {
+			t.Errorf("type %d with no hits: %d datagrams, want %d", typ, sent, want)
+		}
+	}
+}
