@@ -45,9 +45,9 @@ func HoldFor(fraction float64, burst int, rate float64, interval time.Duration) 
 // Its zero value is not usable: see NewRelaySum. Not safe for concurrent
 // use.
 type RelaySum struct {
-	hold    HoldFunc
-	hotAges int
-	every   time.Duration
+	hold     HoldFunc
+	hotAges  int
+	every    time.Duration
 	held     map[string]*heldSum
 	hot      map[string]time.Time // until when a tag is hot
 	overflow []Hit                // passed on unheld: the sums were full
