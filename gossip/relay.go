@@ -359,4 +359,3 @@ func (n *Node) forward(now time.Time) error {
 	}
 	return nil
 }
-

@@ -100,4 +100,3 @@ func (n *Node) Stop(ctx context.Context) error {
 	})
 	return err
 }
-
