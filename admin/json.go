@@ -46,6 +46,8 @@ func (s *Server) peers(w http.ResponseWriter, r *http.Request) {
 			FingerprintMatch: p.FingerprintMatch,
 			Silent:           p.Silent,
 			Found:            p.Found,
+			Relay:            p.Relay,
+			Relayed:          p.Relayed,
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -94,6 +96,8 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 			AnswersReceived: w.AnswersReceived, AnswerBytesReceived: w.AnswerBytesRecv, TagsReceived: w.TagsReceived,
 			TagsAdopted: w.TagsAdopted, PeersAnswered: w.PeersAnswered,
 			DroppedUnasked: w.DroppedUnasked, DroppedDuplicate: w.DroppedDuplicate}
+		rv := relayView(g.Relay)
+		out.Gossip.Relay = &rv
 	}
 	if st := snap.State; st != nil {
 		out.State = &api.State{Loaded: st.Loaded, Ignored: st.Ignored, Saved: st.Saved, SaveFailure: st.SaveFailure,

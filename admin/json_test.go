@@ -3,6 +3,7 @@ package admin
 import (
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,6 +43,15 @@ func TestHealthz(t *testing.T) {
 
 func TestStats(t *testing.T) {
 	f := newFake()
+	f.snap.Gossip.Relay = gossip.RelayNodeStats{Mode: "serve", Relays: 1, RemoteRelays: 2, ViaRelays: 10, Direct: 1,
+		ToRelayPackets: 3, ToRelayBytes: 300, AggregatePackets: 4, AggregateBytes: 400, CrossingPackets: 5, CrossingBytes: 500,
+		ToRelayReceived: 6, ToRelayBytesReceived: 600, AggregatesReceived: 7, AggregateBytesReceived: 700,
+		CrossingsReceived: 8, CrossingBytesReceived: 800, ForeignHits: 9, RemoteSilences: 1, OwnPending: 2, OwnForgotten: 3,
+		Sum: gossip.RelayStats{HeldTags: 4, HeldHits: 5, HotTags: 6, Passed: 7, Dropped: 8}}
+	relay := `"relay":{"mode":"serve","relays":1,"remote_relays":2,"reports_via_relays":10,"reports_direct":1,` +
+		`"sent":{"aggregate":{"packets":4,"bytes":400},"crossing":{"packets":5,"bytes":500},"to_relay":{"packets":3,"bytes":300}},` +
+		`"received":{"aggregate":{"packets":7,"bytes":700},"crossing":{"packets":8,"bytes":800},"to_relay":{"packets":6,"bytes":600}},` +
+		`"own_pending":2,"own_forgotten":3,"held_tags":4,"held_hits":5,"hot_tags":6,"passed_hits":7,"dropped_hits":8,"foreign_hits":9,"remote_silences":1}`
 	h := handler(t, f.sources())
 	res, body := do(t, h, http.MethodGet, "/v1/stats")
 	checkJSON(t, res, body, 200, `{"version":"1.2.3","uptime_seconds":12.3,"tags":1234,"evictions":5,"evicted_hits":7,`+
@@ -49,7 +59,8 @@ func TestStats(t *testing.T) {
 		`"queries":{"total":100,"ok":90,"no":10,"line_too_long":2},`+
 		`"policies":[{"name":"default","action":"limit","ok":60,"no":8},{"name":"login","action":"limit","ok":30,"no":2}],`+
 		`"gossip":{"enabled":true,"node":"9f86d081884c7d65","packets_sent":11,"bytes_sent":1100,"packets_received":22,"bytes_received":2200,`+
-		`"dropped":{"auth":3,"malformed":4,"version":5,"duplicate":6,"stale":14},"lost":9,"fingerprint_mismatch":13,"peers":2,`+warmZero+`}}`)
+		`"dropped":{"auth":3,"malformed":4,"version":5,"duplicate":6,"stale":14},"lost":9,"fingerprint_mismatch":13,"peers":2,`+
+		strings.Replace(warmZero, `},"learned"`, `},`+relay+`,"learned"`, 1)+`}}`)
 
 	// Gossip off, no policies, empty tags only: the same shape, zeroed.
 	f.snap = Snapshot{Version: "dev", Server: protocol.Stats{Queries: 4}}

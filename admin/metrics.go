@@ -36,6 +36,7 @@ type collector struct {
 	learned, learnedTotal                                  family
 	stateLoadTags, stateLoadBytes, stateLoadSeconds        family
 	stateLoadAge, stateIgnored                             family
+	relayFamilies
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -98,6 +99,8 @@ func newCollector(snapshot func() Snapshot) *collector {
 		stateLoadSeconds: newFamily("state_load_duration_seconds", "How long reading the state file back took.", gauge),
 		stateLoadAge:     newFamily("state_load_age_seconds", "How old the state file read back was when the daemon started.", gauge),
 		stateIgnored:     newFamily("state_ignored", "1 when the state file was ignored on start, labelled with why: corrupt, truncated, version, future, stale, oversized, unreadable.", gauge, "reason"),
+
+		relayFamilies: newRelayFamilies(),
 	}
 }
 
@@ -115,6 +118,8 @@ func (c *collector) families() []family {
 		c.warmRequests, c.warmAnswers, c.warmBytes, c.warmTags, c.warmDropped, c.warmSeconds,
 		c.learned, c.learnedTotal,
 		c.stateLoadTags, c.stateLoadBytes, c.stateLoadSeconds, c.stateLoadAge, c.stateIgnored,
+		c.relayMode, c.relayRelays, c.relayReports, c.relayPackets, c.relayBytes,
+		c.relayHeldTags, c.relayHeldHits, c.relayHotTags, c.relayHits, c.relayOwnPending,
 	}
 }
 
@@ -231,6 +236,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if w.Warm {
 		emit(c.warmSeconds, w.WarmDuration.Seconds())
 	}
+	c.relayFamilies.collect(g.Relay, emit)
 }
 
 // seconds converts Unix nanoseconds to seconds.

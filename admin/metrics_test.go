@@ -190,6 +190,7 @@ func TestMetricsLint(t *testing.T) {
 		f := newFake()
 		if gossip {
 			f.snap.Gossip.Warm = warmSample
+			f.snap.Gossip.Relay = relaySample
 			f.snap.State = &stateSample
 		} else {
 			f.snap.Gossip = nil
@@ -211,6 +212,11 @@ var (
 		AnswerBytesSent: 28000, TagsSent: 1500, AnswersReceived: 12, AnswerBytesRecv: 16800, TagsReceived: 900,
 		TagsAdopted: 700, DroppedUnasked: 2, DroppedDuplicate: 1, PeersAnswered: 2, Warm: true,
 		WarmDuration: 1500 * time.Millisecond}
+	relaySample = gossip.RelayNodeStats{Mode: "serve", Relays: 1, RemoteRelays: 2, ViaRelays: 10, Direct: 1,
+		ToRelayPackets: 3, ToRelayBytes: 300, AggregatePackets: 4, AggregateBytes: 400, CrossingPackets: 5, CrossingBytes: 500,
+		ToRelayReceived: 6, ToRelayBytesReceived: 600, AggregatesReceived: 7, AggregateBytesReceived: 700,
+		CrossingsReceived: 8, CrossingBytesReceived: 800, ForeignHits: 9, OwnPending: 2,
+		Sum: gossip.RelayStats{HeldTags: 4, HeldHits: 5, HotTags: 6, Passed: 7, Dropped: 8}}
 	stateSample = state.Stats{Loaded: true, Load: state.Info{Tags: 1000, Adopted: 900, Bytes: 21000,
 		Duration: 2 * time.Millisecond, Age: 90 * time.Second}}
 )
@@ -251,5 +257,36 @@ func TestMetricsWarmAndState(t *testing.T) {
 	}
 	if _, ok := fams["dthrottle_state_load_tags"]; ok {
 		t.Error("dthrottle_state_load_tags served for an ignored file")
+	}
+}
+
+// Relaying has its metrics: mode, relays heard, reports by path, traffic
+// by kind and direction, a relay's sums.
+func TestMetricsRelay(t *testing.T) {
+	f := newFake()
+	f.snap.Gossip.Relay = relaySample
+	fams := scrape(t, handler(t, f.sources()))
+	const counter, gauge = dto.MetricType_COUNTER, dto.MetricType_GAUGE
+	for _, s := range []sample{
+		{"dthrottle_relay_mode", "mode=serve", gauge, 1},
+		{"dthrottle_relay_relays", "where=segment", gauge, 1},
+		{"dthrottle_relay_relays", "where=remote", gauge, 2},
+		{"dthrottle_relay_reports_total", "path=relays", counter, 10},
+		{"dthrottle_relay_reports_total", "path=direct", counter, 1},
+		{"dthrottle_relay_packets_total", "direction=sent,kind=to_relay", counter, 3},
+		{"dthrottle_relay_packets_total", "direction=received,kind=crossing", counter, 8},
+		{"dthrottle_relay_bytes_total", "direction=sent,kind=aggregate", counter, 400},
+		{"dthrottle_relay_bytes_total", "direction=received,kind=to_relay", counter, 600},
+		{"dthrottle_relay_held_tags", "", gauge, 4},
+		{"dthrottle_relay_held_hits", "", gauge, 5},
+		{"dthrottle_relay_hot_tags", "", gauge, 6},
+		{"dthrottle_relay_hits_total", "outcome=passed", counter, 7},
+		{"dthrottle_relay_hits_total", "outcome=dropped", counter, 8},
+		{"dthrottle_relay_hits_total", "outcome=foreign", counter, 9},
+		{"dthrottle_relay_own_pending_tags", "", gauge, 2},
+	} {
+		if got := value(t, fams, s); got != s.value {
+			t.Errorf("%s{%s} = %v, want %v", s.name, s.labels, got, s.value)
+		}
 	}
 }

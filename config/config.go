@@ -36,6 +36,7 @@ type Config struct {
 	Limit  Limit    `toml:"limit"`  // the default policy for every tag
 	Policy []Policy `toml:"policy"` // prefix policies; the longest matching prefix wins
 	Gossip Gossip   `toml:"gossip"` // how reports reach the other peers
+	Relay  Relay    `toml:"relay"`  // relays that sum a segment's reports
 	Admin  Admin    `toml:"admin"`  // the HTTP admin endpoint
 	HTTP   HTTP     `toml:"http"`   // the HTTP decision endpoint
 	Log    Log      `toml:"log"`    // what the daemon logs, and how
@@ -189,6 +190,12 @@ func Default() Config {
 			MaxPacket:  gossip.DefaultMaxPacket,          // fits a 1500-byte Ethernet MTU
 			WarmStart:  true,                             // ask the peers for their table on start
 			MaxPeers:   1000,                             // learn up to a thousand peers (with a secret)
+		},
+		Relay: Relay{
+			Mode:  RelayOff, // every node reports to every peer
+			Hold:  0.5,      // a relay holds a tag until half its burst
+			Peers: nil,      // no other segment
+			Bind:  ":7778",  // other segments' relays reach a relay here
 		},
 		Admin: Admin{
 			HTTP: "", // no admin endpoint

@@ -17,9 +17,14 @@ import (
 // if it has not within the age. A threshold of 1 holds nothing back.
 type HoldFunc func(key string) (threshold uint32, age time.Duration)
 
+// MaxHoldAge bounds a hold age: a relay holds no sum longer than this,
+// however slowly a policy refills.
+const MaxHoldAge = time.Hour
+
 // HoldFor is the hold-back of a policy: a threshold of ceil(fraction *
 // burst) hits, at least 1, and an age of burst/rate (the time the bucket
-// takes to refill) rounded up to whole intervals.
+// takes to refill) rounded up to whole intervals, at most MaxHoldAge (or
+// one interval, if that is longer).
 func HoldFor(fraction float64, burst int, rate float64, interval time.Duration) (threshold uint32, age time.Duration) {
 	t := uint32(1)
 	if v := fraction * float64(burst); v > 1 {
@@ -28,8 +33,11 @@ func HoldFor(fraction float64, burst int, rate float64, interval time.Duration) 
 			t++
 		}
 	}
-	a := time.Duration(float64(burst) / rate * float64(time.Second))
-	return t, max(interval, (a+interval-1)/interval*interval)
+	a := MaxHoldAge
+	if secs := float64(burst) / rate; secs < MaxHoldAge.Seconds() {
+		a = time.Duration(secs * float64(time.Second))
+	}
+	return t, max(interval, min(MaxHoldAge, (a+interval-1)/interval*interval))
 }
 
 // RelaySum is what a relay keeps between aggregates: per tag, the hits

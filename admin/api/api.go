@@ -31,6 +31,12 @@ type Peer struct {
 	// "resolved" (a name in gossip.peers), "learned" or "multicast"; empty
 	// when it does not send to it (heard, learning off).
 	Found string `json:"found,omitempty"`
+	// Relay is "segment" for a relay of this node's segment, "remote" for
+	// a relay of another segment; empty for a node.
+	Relay string `json:"relay,omitempty"`
+	// Relayed says the peer reports through relays when it hears one, so
+	// that its silence is expected.
+	Relayed bool `json:"relayed,omitempty"`
 }
 
 // Tag is GET /v1/tags/{tag}.
@@ -159,6 +165,7 @@ type Gossip struct {
 	FingerprintMismatch uint64  `json:"fingerprint_mismatch"`
 	Peers               int     `json:"peers"`
 	Warm                Warm    `json:"warm"`
+	Relay               *Relay  `json:"relay,omitempty"`
 	// Learned are the unicast peers learned now; LearnedTotal, Forgotten and
 	// Refused count those learned, dropped once silent, and not learned for
 	// max_peers over the process's life.
@@ -180,4 +187,39 @@ type Dropped struct {
 // Error is the body of every error response.
 type Error struct {
 	Error string `json:"error"`
+}
+
+// Relay is relaying (relay.mode): what this node sent through relays and
+// received from them and, on a relay, its sums.
+type Relay struct {
+	Mode         string `json:"mode"`          // "off", "use" or "serve"
+	Relays       int    `json:"relays"`        // this segment's relays heard now, this one apart
+	RemoteRelays int    `json:"remote_relays"` // other segments' relays heard now
+	// Reports sent through relays, and to every peer for want of one.
+	ReportsViaRelays uint64 `json:"reports_via_relays"`
+	ReportsDirect    uint64 `json:"reports_direct"`
+	// Datagrams and bytes by kind: "to_relay" (hits for a relay),
+	// "aggregate" (a relay's sums for its segment), "crossing" (a relay's
+	// sums for other segments).
+	Sent     map[string]Traffic `json:"sent"`
+	Received map[string]Traffic `json:"received"`
+	// OwnPending is tags whose hits sent to a relay have not come back;
+	// OwnForgotten the hits that did not within the forget time.
+	OwnPending   int    `json:"own_pending"`
+	OwnForgotten uint64 `json:"own_forgotten"`
+	// A relay's sums: held now, passed on, dropped as too sparse to
+	// matter, and other segments' hits passed into this one.
+	HeldTags       int    `json:"held_tags"`
+	HeldHits       uint64 `json:"held_hits"`
+	HotTags        int    `json:"hot_tags"`
+	PassedHits     uint64 `json:"passed_hits"`
+	DroppedHits    uint64 `json:"dropped_hits"`
+	ForeignHits    uint64 `json:"foreign_hits"`
+	RemoteSilences uint64 `json:"remote_silences"`
+}
+
+// Traffic is datagrams and their bytes.
+type Traffic struct {
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
 }

@@ -153,7 +153,7 @@ func New(opts Options) (_ *Daemon, err error) {
 	} else if err := d.listen(cfg.Listen); err != nil {
 		return nil, err
 	}
-	if d.gossip, err = d.startGossip(cfg.Gossip, opts.Transports); err != nil {
+	if d.gossip, err = d.startGossip(cfg, opts.Transports); err != nil {
 		return nil, err
 	}
 	warnFewFiles(cfg.Listen.MaxConns, d.log)

@@ -20,6 +20,7 @@ type gossipRun struct {
 	node    *gossip.Node
 	unicast *gossip.UnicastTransport
 	group   bool // a multicast group is configured
+	relay   relayRun
 }
 
 // learnMax is how many peers the unicast transport learns: max_peers with
@@ -48,7 +49,8 @@ func (g *gossipRun) found(addr string) string {
 // and builds the node that reports the table's hits to the peers and
 // applies theirs; Run starts it. It returns nil when no group and no peers
 // are configured: then nothing leaves the host.
-func (d *Daemon) startGossip(cfg config.Gossip, open func(config.Gossip) (gossip.Transport, error)) (*gossipRun, error) {
+func (d *Daemon) startGossip(full config.Config, open func(config.Gossip) (gossip.Transport, error)) (*gossipRun, error) {
+	cfg := full.Gossip
 	if cfg.Group == "" && len(cfg.Peers) == 0 {
 		return nil, nil
 	}
@@ -66,6 +68,12 @@ func (d *Daemon) startGossip(cfg config.Gossip, open func(config.Gossip) (gossip
 	}
 	if err != nil {
 		return nil, err
+	}
+	if open == nil {
+		if err := run.relay.openLink(full.Relay, log); err != nil {
+			t.Close()
+			return nil, err
+		}
 	}
 	var disc gossip.Discovery
 	if run.unicast != nil {
@@ -101,16 +109,20 @@ func (d *Daemon) startGossip(cfg config.Gossip, open func(config.Gossip) (gossip
 			applyMu.Unlock()
 		},
 		Discovery: disc,
+		Relay:     run.relay.relayConfig(full, table),
 		Export:    warmExport(table),
 		Merge:     warmMerge(table),
 		Logger:    log,
 	}, t)
 	if err != nil {
 		t.Close()
+		if run.relay.link != nil {
+			run.relay.link.Close()
+		}
 		return nil, err
 	}
 	log.Info("gossip: started", "node", fmt.Sprintf("%016x", node.ID()), "interval", cfg.Interval.Duration,
-		"signed", key != nil, "fingerprint", fmt.Sprintf("%016x", table.Fingerprint()))
+		"signed", key != nil, "fingerprint", fmt.Sprintf("%016x", table.Fingerprint()), "relay", full.Relay.Mode)
 	run.node = node
 	return run, nil
 }

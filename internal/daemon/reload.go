@@ -11,7 +11,8 @@ import (
 
 // Reload rereads the config file and applies it without losing bucket
 // state: policies, rates, bursts, max_tags, max_tag_bytes, the gossip
-// interval, secret, max_packet and peers, and the log level change live.
+// interval, secret, max_packet and peers, relay.mode, relay.hold and
+// relay.peers, and the log level change live.
 // A file that fails validation changes nothing and is logged and counted.
 // Settings that need new sockets are logged as needing a restart and keep
 // their running value. The Notifier hears of the reload, and an Event
@@ -75,6 +76,9 @@ func (d *Daemon) reload() ([]string, error) {
 				return nil, err
 			}
 		}
+		if err := d.gossip.relay.reloadRelay(d.gossip.node, cur, next, d.table); err != nil {
+			return nil, err
+		}
 	}
 	if d.http != nil {
 		d.http.srv.SetRefuseStatus(next.HTTP.RefuseStatus)
@@ -115,5 +119,5 @@ func needsRestart(cur, next config.Config) []string {
 	check("http.listen", cur.HTTP.Listen, next.HTTP.Listen)
 	check("http.max_conns", cur.HTTP.MaxConns, next.HTTP.MaxConns)
 	check("log.format", cur.Log.Format, next.Log.Format)
-	return keys
+	return append(keys, relayNeedsRestart(cur.Relay, next.Relay)...)
 }

@@ -1,0 +1,107 @@
+package daemon
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/config"
+	"github.com/dthrottle/dthrottle/gossip"
+)
+
+// This file owns the daemon's side of relaying (gossip/relay.go,
+// docs/scaling.md): the node's relay settings from [relay] and the
+// policies, the link to other segments' relays, and what a reload
+// changes of them.
+
+// relayRun is the running relaying: the hold-back a reload changes, and
+// on a relay the link to other segments.
+type relayRun struct {
+	hold atomic.Pointer[holdSettings]
+	link *gossip.UnicastTransport
+}
+
+type holdSettings struct {
+	fraction float64
+	interval time.Duration
+}
+
+var relayModes = map[string]gossip.RelayMode{
+	config.RelayOff:   gossip.RelayOff,
+	config.RelayUse:   gossip.RelayUse,
+	config.RelayServe: gossip.RelayServe,
+}
+
+// relayConfig returns the node's relay settings for cfg: each tag is held
+// back after its policy's burst and rate (gossip.HoldFor).
+func (r *relayRun) relayConfig(cfg config.Config, table *bucket.Table) gossip.RelayConfig {
+	h := &holdSettings{fraction: cfg.Relay.Hold, interval: cfg.Gossip.Interval.Duration}
+	r.hold.Store(h)
+	var maxAge time.Duration
+	for _, p := range table.Policies() {
+		if limits(p) {
+			_, age := gossip.HoldFor(h.fraction, p.Burst, p.Rate, h.interval)
+			maxAge = max(maxAge, age)
+		}
+	}
+	rc := gossip.RelayConfig{
+		Mode: relayModes[cfg.Relay.Mode],
+		Hold: func(key string) (uint32, time.Duration) {
+			h := r.hold.Load()
+			if p := table.PolicyOf(key); limits(p) {
+				return gossip.HoldFor(h.fraction, p.Burst, p.Rate, h.interval)
+			}
+			return 1, h.interval // no bucket to hold for: pass it on
+		},
+		MaxAge: maxAge,
+	}
+	if r.link != nil {
+		rc.Link = r.link
+	}
+	return rc
+}
+
+// limits reports whether p keeps buckets whose hits relays carry.
+func limits(p bucket.Policy) bool {
+	return p.Action == bucket.Limit && p.Burst > 0 && p.Rate > 0
+}
+
+// openLink opens, on a relay, the socket other segments' relays reach it
+// on, sending to those of cfg.Peers. Nothing is learned on it.
+func (r *relayRun) openLink(cfg config.Relay, log *slog.Logger) error {
+	if cfg.Mode != config.RelayServe {
+		return nil
+	}
+	t, err := gossip.ListenUnicast(gossip.UnicastConfig{Bind: cfg.Bind, Peers: cfg.Peers, Logger: log})
+	if err != nil {
+		return fmt.Errorf("relay link %s: %w", cfg.Bind, err)
+	}
+	r.link = t
+	log.Info("relay: serving this segment", "link", t.LocalAddr().String(), "other_segments_relays", len(cfg.Peers))
+	return nil
+}
+
+// reloadRelay applies a reload's relay settings: mode and hold-back, and
+// on a relay that started as one, the other segments' relays.
+func (r *relayRun) reloadRelay(node *gossip.Node, cur, next config.Config, table *bucket.Table) error {
+	node.SetRelay(r.relayConfig(next, table))
+	if r.link != nil && !slices.Equal(cur.Relay.Peers, next.Relay.Peers) {
+		return r.link.SetPeers(next.Relay.Peers)
+	}
+	return nil
+}
+
+// relayNeedsRestart names the relay settings a reload cannot change.
+func relayNeedsRestart(cur, next config.Relay) []string {
+	var keys []string
+	if (cur.Mode == config.RelayServe) != (next.Mode == config.RelayServe) {
+		keys = append(keys, "relay.mode (serve: the link to other segments opens at start)")
+	}
+	if cur.Mode == config.RelayServe && cur.Bind != next.Bind {
+		keys = append(keys, "relay.bind")
+	}
+	return keys
+}
