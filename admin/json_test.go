@@ -51,7 +51,7 @@ func TestStats(t *testing.T) {
 	relay := `"relay":{"mode":"serve","relays":1,"remote_relays":2,"reports_via_relays":10,"reports_direct":1,` +
 		`"sent":{"aggregate":{"packets":4,"bytes":400},"crossing":{"packets":5,"bytes":500},"to_relay":{"packets":3,"bytes":300}},` +
 		`"received":{"aggregate":{"packets":7,"bytes":700},"crossing":{"packets":8,"bytes":800},"to_relay":{"packets":6,"bytes":600}},` +
-		`"own_pending":2,"own_forgotten":3,"held_tags":4,"held_hits":5,"hot_tags":6,"passed_hits":7,"dropped_hits":8,"foreign_hits":9,"remote_silences":1}`
+		`"own_pending":2,"own_forgotten":3,"held_tags":4,"held_hits":5,"hot_tags":6,"passed_hits":7,"dropped_hits":8,"foreign_hits":9,"remote_silences":1,"crossings_lost":0}`
 	h := handler(t, f.sources())
 	res, body := do(t, h, http.MethodGet, "/v1/stats")
 	checkJSON(t, res, body, 200, `{"version":"1.2.3","uptime_seconds":12.3,"tags":1234,"evictions":5,"evicted_hits":7,`+

@@ -120,6 +120,7 @@ func (c *collector) families() []family {
 		c.stateLoadTags, c.stateLoadBytes, c.stateLoadSeconds, c.stateLoadAge, c.stateIgnored,
 		c.relayMode, c.relayRelays, c.relayReports, c.relayPackets, c.relayBytes,
 		c.relayHeldTags, c.relayHeldHits, c.relayHotTags, c.relayHits, c.relayOwnPending,
+		c.relayRemoteSilences, c.relayCrossingsLost,
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 type relayFamilies struct {
 	relayMode, relayRelays, relayReports, relayPackets, relayBytes family
 	relayHeldTags, relayHeldHits, relayHotTags, relayHits          family
-	relayOwnPending                                                family
+	relayOwnPending, relayRemoteSilences, relayCrossingsLost       family
 }
 
 func newRelayFamilies() relayFamilies {
@@ -22,16 +22,18 @@ func newRelayFamilies() relayFamilies {
 		gauge   = prometheus.GaugeValue
 	)
 	return relayFamilies{
-		relayMode:       newFamily("relay_mode", "Always 1, labelled with relay.mode: off, use or serve.", gauge, "mode"),
-		relayRelays:     newFamily("relay_relays", "Relays heard now and not silent, by where: segment (this node's segment, this one apart), remote (other segments).", gauge, "where"),
-		relayReports:    newFamily("relay_reports_total", "Reports sent, by path: relays (through the segment's relays), direct (to every peer while relaying is on but no relay was heard).", counter, "path"),
-		relayPackets:    newFamily("relay_packets_total", "Relaying datagrams, by kind (to_relay: hits for a relay; aggregate: a relay's sums for its segment; crossing: a relay's sums for other segments) and direction (sent, received).", counter, "kind", "direction"),
-		relayBytes:      newFamily("relay_bytes_total", "Bytes of relaying datagrams, by kind and direction as relay_packets_total.", counter, "kind", "direction"),
-		relayHeldTags:   newFamily("relay_held_tags", "Tags whose sums this relay holds back now (under their threshold).", gauge),
-		relayHeldHits:   newFamily("relay_held_hits", "Hits this relay holds back now.", gauge),
-		relayHotTags:    newFamily("relay_hot_tags", "Tags this relay passes on at every aggregate now (they reached their threshold lately).", gauge),
-		relayHits:       newFamily("relay_hits_total", "Hits a relay summed, by outcome: passed (on to the segment), dropped (stayed under the threshold for the hold age: too sparse to matter), foreign (other segments' hits passed into this one).", counter, "outcome"),
-		relayOwnPending: newFamily("relay_own_pending_tags", "Tags whose hits this node sent to a relay and has not seen come back in an aggregate.", gauge),
+		relayMode:           newFamily("relay_mode", "Always 1, labelled with relay.mode: off, use or serve.", gauge, "mode"),
+		relayRelays:         newFamily("relay_relays", "Relays heard now and not silent, by where: segment (this node's segment, this one apart), remote (other segments).", gauge, "where"),
+		relayReports:        newFamily("relay_reports_total", "Reports sent, by path: relays (through the segment's relays), direct (to every peer while relaying is on but no relay was heard).", counter, "path"),
+		relayPackets:        newFamily("relay_packets_total", "Relaying datagrams, by kind (to_relay: hits for a relay; aggregate: a relay's sums for its segment; crossing: a relay's sums for other segments) and direction (sent, received).", counter, "kind", "direction"),
+		relayBytes:          newFamily("relay_bytes_total", "Bytes of relaying datagrams, by kind and direction as relay_packets_total.", counter, "kind", "direction"),
+		relayHeldTags:       newFamily("relay_held_tags", "Tags whose sums this relay holds back now (under their threshold).", gauge),
+		relayHeldHits:       newFamily("relay_held_hits", "Hits this relay holds back now.", gauge),
+		relayHotTags:        newFamily("relay_hot_tags", "Tags this relay passes on at every aggregate now (they reached their threshold lately).", gauge),
+		relayHits:           newFamily("relay_hits_total", "Hits a relay summed, by outcome: passed (on to the segment), dropped (stayed under the threshold for the hold age: too sparse to matter), foreign (other segments' hits passed into this one).", counter, "outcome"),
+		relayOwnPending:     newFamily("relay_own_pending_tags", "Tags whose hits this node sent to a relay and has not seen come back in an aggregate.", gauge),
+		relayRemoteSilences: newFamily("relay_remote_silences_total", "Times a relay of another segment went silent (a cut link: each segment then holds its own rate).", counter),
+		relayCrossingsLost:  newFamily("relay_crossings_lost_total", "Crossings missing from other segments' relays' sequence numbers: the hits they carried never reached this segment.", counter),
 	}
 }
 
@@ -53,6 +55,8 @@ func (f *relayFamilies) collect(st gossip.RelayNodeStats, emit func(family, floa
 	emit(f.relayHits, float64(st.Sum.Dropped), "dropped")
 	emit(f.relayHits, float64(st.ForeignHits), "foreign")
 	emit(f.relayOwnPending, float64(st.OwnPending))
+	emit(f.relayRemoteSilences, float64(st.RemoteSilences))
+	emit(f.relayCrossingsLost, float64(st.CrossingsLost))
 }
 
 type relayFlow struct {
@@ -80,7 +84,7 @@ func relayView(st gossip.RelayNodeStats) api.Relay {
 		OwnPending: st.OwnPending, OwnForgotten: st.OwnForgotten,
 		HeldTags: st.Sum.HeldTags, HeldHits: st.Sum.HeldHits, HotTags: st.Sum.HotTags,
 		PassedHits: st.Sum.Passed, DroppedHits: st.Sum.Dropped, ForeignHits: st.ForeignHits,
-		RemoteSilences: st.RemoteSilences}
+		RemoteSilences: st.RemoteSilences, CrossingsLost: st.CrossingsLost}
 	for _, t := range relayTraffic(st) {
 		m := v.Sent
 		if t.dir == "received" {

@@ -128,6 +128,7 @@ type RelayNodeStats struct {
 	CrossingsReceived, CrossingBytesReceived   uint64
 	ForeignHits                                uint64 // other segments' hits passed into this one
 	RemoteSilences                             uint64 // times a relay of another segment went silent
+	CrossingsLost                              uint64 // crossings missing from other segments' relays' sequences
 	// Crossings from a relay of this very segment, ignored (relay.peers
 	// should list only other segments' relays).
 	CrossingsOwnSegment uint64

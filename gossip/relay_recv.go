@@ -177,6 +177,7 @@ func (n *Node) relayStats(now time.Time) RelayNodeStats {
 		if now.Sub(p.info.LastHeard) <= silent {
 			st.RemoteRelays++
 		}
+		st.CrossingsLost += p.info.Lost
 	}
 	st.OwnPending = rs.own.Len()
 	if rs.sum != nil {

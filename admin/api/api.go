@@ -216,6 +216,7 @@ type Relay struct {
 	DroppedHits    uint64 `json:"dropped_hits"`
 	ForeignHits    uint64 `json:"foreign_hits"`
 	RemoteSilences uint64 `json:"remote_silences"`
+	CrossingsLost  uint64 `json:"crossings_lost"`
 }
 
 // Traffic is datagrams and their bytes.
