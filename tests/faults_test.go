@@ -142,10 +142,15 @@ func (l *load) servedIn(from, to time.Time, ds ...*daemon) int {
 func (l *load) served(ds ...*daemon) int { return l.servedIn(l.start, l.end.Add(time.Second), ds...) }
 
 // most is the most the cluster served in any window of w.
-func (l *load) most(w time.Duration) int {
+func (l *load) most(w time.Duration) int { return l.mostIn(w) }
+
+// mostIn is the most ds (all daemons if none) served in any window of w.
+func (l *load) mostIn(w time.Duration, ds ...*daemon) int {
 	var all []time.Time
-	for _, oks := range l.ok {
-		all = append(all, oks...)
+	for d, oks := range l.ok {
+		if len(ds) == 0 || slices.Contains(ds, d) {
+			all = append(all, oks...)
+		}
 	}
 	slices.SortFunc(all, func(a, b time.Time) int { return a.Compare(b) })
 	best, j := 0, 0
