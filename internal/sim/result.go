@@ -43,6 +43,12 @@ type Result struct {
 	LostAbusive float64 // the most hits of one abusive client lost, summed over receivers
 	Dropped     uint64  // held hits a relay dropped as too few to matter
 
+	// OverLimit and OverHalf are the ordinary clients whose requests, over
+	// the whole cluster, come faster than the rate and than half of it:
+	// the clients any design must count across the cluster to hold them
+	// to their limit. They grow with the cluster's load.
+	OverLimit, OverHalf int
+
 	follows map[int]*follow
 }
 
@@ -124,7 +130,8 @@ func maxInWindow(served []int, w int) int {
 
 func (s *sim) result(abusiveServed [][]int, sample map[int]*follow) Result {
 	cfg := s.cfg
-	res := Result{Config: cfg, Lost: s.lost, follows: sample}
+	res := Result{Config: cfg, Lost: s.lost, follows: sample,
+		OverLimit: clientsOver(cfg, cfg.Rate), OverHalf: clientsOver(cfg, cfg.Rate/2)}
 	secs := cfg.Duration.Seconds()
 	var sent, recv, sentN, recvN, hits, cpu []float64
 	for _, n := range s.nodes {
@@ -211,12 +218,28 @@ func (r Result) String() string {
 		"remote_hits_per_node_per_s=%.0f remote_hits_max=%.0f report_cpu_us_per_node_per_s=%.1f report_cpu_us_max=%.1f "+
 		"abusive_served_max=%d ideal=%.0f bound=%.0f abusive_rate_ratio=%.3f abusive_bound_use=%.3f ordinary_bound_use=%.3f "+
 		"bound_held=%v ordinary_under_limit=%d ordinary_over_limit=%d ordinary_refused_under_limit=%d ordinary_under_margin=%d ordinary_refused_under_margin=%d "+
-		"lost=%d lost_abusive_hits=%.0f dropped_held_hits=%d",
+		"lost=%d lost_abusive_hits=%.0f dropped_held_hits=%d over_limit_clients=%d over_half_limit_clients=%d",
 		c.Nodes, c.Design, c.Duration.Seconds(), c.Loss, c.Seed, c.NodeRate, c.Relays, c.Hold, c.threshold(), c.holdAge().Seconds(),
 		r.SentBytesMean, r.SentBytesMax, r.RecvBytesMean, r.RecvBytesMax,
 		r.SentDatagramsMean, r.SentDatagramsMax, r.RecvDatagramsMean, r.RecvDatagramsMax,
 		r.RemoteHitsMean, r.RemoteHitsMax, us(r.CPUMean), us(r.CPUMax),
 		r.AbusiveServedMax, r.Ideal, r.Bound, r.AbusiveRateRatio, r.AbusiveBoundUse, r.OrdinaryBoundUse,
 		r.BoundHeld, r.OrdinaryUnderLimit, r.OrdinaryOverLimit, r.OrdinaryRefusedUnderLimit, r.OrdinaryUnderMargin, r.OrdinaryRefusedUnderMargin,
-		r.Lost, r.LostAbusive, r.Dropped)
+		r.Lost, r.LostAbusive, r.Dropped, r.OverLimit, r.OverHalf)
+}
+
+// clientsOver counts the ordinary clients whose mean request rate over
+// the cluster exceeds rate: rank k asks with probability (1+k)^-s / H,
+// the law rand.NewZipf draws from.
+func clientsOver(cfg Config, rate float64) int {
+	var h float64
+	for k := cfg.Clients - 1; k >= 0; k-- {
+		h += math.Pow(float64(1+k), -cfg.ZipfS)
+	}
+	total := cfg.NodeRate * float64(cfg.Nodes)
+	n := 0
+	for k := 0; k < cfg.Clients && total*math.Pow(float64(1+k), -cfg.ZipfS)/h > rate; k++ {
+		n++
+	}
+	return n
 }
