@@ -14,7 +14,7 @@ import (
 const (
 	healthJSON = `{"status":"ok","peers":2,"seconds_since_report":0.4}`
 	peersJSON  = `[
- {"node":"c3d4e5f6a7b8c9d0","addr":"10.0.0.3:7777","first_heard":"2026-01-01T00:00:00Z","last_heard":"2026-01-01T00:59:50Z","packets":9,"hits":10,"lost":1,"duplicates":2,"fingerprint_match":false,"silent":true,"found":"learned"},
+ {"node":"c3d4e5f6a7b8c9d0","addr":"10.0.0.3:7777","first_heard":"2026-01-01T00:00:00Z","last_heard":"2026-01-01T00:59:50Z","packets":9,"hits":10,"lost":1,"duplicates":2,"fingerprint_match":false,"silent":true,"found":"learned","relay":"segment"},
  {"node":"9f86d081884c7d65","addr":"10.0.0.2:7777","first_heard":"2026-01-01T00:00:00Z","last_heard":"2026-01-01T00:59:59.6Z","packets":123,"hits":4567,"lost":0,"duplicates":0,"fingerprint_match":true,"silent":false}]`
 	tagJSON     = `{"tag":"1.2.3.4","key":"1.2.3.4","tracked":true,"policy":"default","action":"limit","rate":1,"burst":10,"tokens":3.5,"debt":0,"unreported":2}`
 	untracked   = `{"tag":"a b/c","key":"a b/c","tracked":false,"policy":"login","action":"limit","rate":0.2,"burst":5,"tokens":5,"debt":0,"unreported":0}`
@@ -78,9 +78,9 @@ func TestAdminCommands(t *testing.T) {
 	}{
 		{[]string{"health", "-admin", addr}, "ok: 2 peers, last report 400ms ago\n"},
 		{[]string{"peers", "-admin", f.URL}, `
-NODE              ADDRESS        STATE   LAST HEARD  FIRST HEARD  PACKETS  HITS  LOST  DUPLICATES  POLICIES  FOUND
-9f86d081884c7d65  10.0.0.2:7777  live    400ms ago   1h0m0s ago   123      4567  0     0           same      -
-c3d4e5f6a7b8c9d0  10.0.0.3:7777  SILENT  10s ago     1h0m0s ago   9        10    1     2           DIFFER    learned
+NODE              ADDRESS        STATE   LAST HEARD  FIRST HEARD  PACKETS  HITS  LOST  DUPLICATES  POLICIES  FOUND    RELAY
+9f86d081884c7d65  10.0.0.2:7777  live    400ms ago   1h0m0s ago   123      4567  0     0           same      -        -
+c3d4e5f6a7b8c9d0  10.0.0.3:7777  SILENT  10s ago     1h0m0s ago   9        10    1     2           DIFFER    learned  segment
 `},
 		{[]string{"tag", "-admin", addr, "1.2.3.4"}, `
 tag         "1.2.3.4"

@@ -32,7 +32,7 @@ func peers(args []string, e env) int {
 	}
 	slices.SortFunc(ps, func(a, b api.Peer) int { return strings.Compare(a.Node, b.Node) })
 	tw := table(e.stdout)
-	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tLAST HEARD\tFIRST HEARD\tPACKETS\tHITS\tLOST\tDUPLICATES\tPOLICIES\tFOUND")
+	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tLAST HEARD\tFIRST HEARD\tPACKETS\tHITS\tLOST\tDUPLICATES\tPOLICIES\tFOUND\tRELAY")
 	now := e.now()
 	for _, p := range ps {
 		state := "live"
@@ -43,9 +43,9 @@ func peers(args []string, e env) int {
 		if !p.FingerprintMatch {
 			policies = "DIFFER"
 		}
-		found := cmp.Or(p.Found, "-")
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", p.Node, p.Addr, state,
-			ago(now, p.LastHeard), ago(now, p.FirstHeard), p.Packets, p.Hits, p.Lost, p.Duplicates, policies, found)
+		found, relay := cmp.Or(p.Found, "-"), cmp.Or(p.Relay, "-")
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", p.Node, p.Addr, state,
+			ago(now, p.LastHeard), ago(now, p.FirstHeard), p.Packets, p.Hits, p.Lost, p.Duplicates, policies, found, relay)
 	}
 	tw.Flush()
 	return exitOK

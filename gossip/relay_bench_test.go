@@ -1,0 +1,76 @@
+package gossip
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dthrottle/dthrottle/bucket"
+)
+
+// BenchmarkReceive is the receive path of one report of a million tags,
+// as the daemon runs it: datagrams checked and decoded by Node.Receive,
+// and their hits applied to a table of a million tags with SpendBatch.
+// "today" receives a peer's hits (type 1); "aggregate" a relay's
+// aggregate (type 7), of which the node first takes off its own hits
+// (a tenth of the tags, as in a segment of ten).
+func BenchmarkReceive(b *testing.B) {
+	hits := benchHits()
+	for _, kind := range []string{"today", "aggregate"} {
+		b.Run(kind, func(b *testing.B) {
+			table, err := bucket.New(bucket.Config{Default: bucket.Policy{Rate: 1, Burst: 1000}, MaxTags: 2 * benchTags, MaxTagBytes: 256})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var applied []bucket.Hit
+			n, err := NewNode(Config{
+				Since: time.Now().Add(-time.Minute),
+				Drain: func(d []Hit) []Hit { return d },
+				Apply: func(now time.Time, hs []Hit) {
+					applied = applied[:0]
+					for _, h := range hs {
+						applied = append(applied, bucket.Hit(h))
+					}
+					table.SpendBatch(now, applied)
+				},
+			}, NewMemNetwork(MemConfig{}, nil).Join("receiver"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			enc := &Encoder{Node: 7, MaxPacket: DefaultMaxPacket}
+			var own []Hit
+			for i := 0; i < len(hits); i += 10 {
+				own = append(own, hits[i])
+			}
+			var pkts []Packet
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				pkts = pkts[:0]
+				now := time.Now()
+				emit := func(p []byte) error {
+					pkts = append(pkts, Packet{Data: append([]byte(nil), p...), From: "sender", At: now})
+					return nil
+				}
+				if kind == "today" {
+					_, err = enc.Encode(now, hits, emit)
+				} else {
+					n.relay.mu.Lock()
+					n.relay.own.Sent(now, own)
+					n.relay.mu.Unlock()
+					_, err = enc.EncodeRelay(now, MsgAggregate, hits, emit)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				for _, p := range pkts {
+					n.Receive(p)
+				}
+			}
+			if st := n.Stats(); st.TagsReceived < benchTags {
+				b.Fatalf("received %d tags, want at least %d", st.TagsReceived, benchTags)
+			}
+			b.ReportMetric(float64(benchTags)*float64(b.N)/b.Elapsed().Seconds(), "hits/s")
+		})
+	}
+}
