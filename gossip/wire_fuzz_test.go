@@ -21,6 +21,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(readHex(f, "testdata/golden_snapshot.hex"))
 	f.Add(readHex(f, "testdata/golden_request.hex"))
 	f.Add(readHex(f, "testdata/golden_peers.hex"))
+	f.Add(readHex(f, "testdata/golden_relay.hex"))
 	key := []byte("secret")
 	f.Fuzz(func(t *testing.T, b []byte) {
 		Decode(b, key) // must not panic

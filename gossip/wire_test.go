@@ -471,7 +471,7 @@ func TestDecodeGarbage(t *testing.T) {
 // checkInvariants fails t unless m's hits are all sendable.
 func checkInvariants(t testing.TB, m Message) {
 	t.Helper()
-	if m.Type != MsgHits && m.Hits != nil {
+	if m.Hits != nil && !slices.Contains([]MsgType{MsgHits, MsgToRelay, MsgAggregate, MsgCrossing}, m.Type) {
 		t.Fatalf("type %d with hits %v", m.Type, m.Hits)
 	}
 	for _, h := range m.Hits {
