@@ -39,16 +39,8 @@ func (c *Config) validateRelay() *Error {
 	if !(r.Hold >= 0 && r.Hold <= 1) {
 		return bad(key("relay", "hold"), strconv.FormatFloat(r.Hold, 'g', -1, 64), "must be between 0 (hold nothing back) and 1 (a whole burst)")
 	}
-	seen := map[string]int{}
-	for i, p := range r.Peers {
-		at := keyRef{fmt.Sprintf("relay.peers[%d]", i+1), []string{"relay", "peers"}, -1}
-		if e := checkAddr(at, p, true, 1); e != nil {
-			return e
-		}
-		if j, dup := seen[p]; dup {
-			return bad(at, quote(p), fmt.Sprintf("must be unique: relay.peers[%d] has it too", j+1))
-		}
-		seen[p] = i
+	if e := checkPeers("relay", r.Peers); e != nil {
+		return e
 	}
 	if len(r.Peers) > 0 && r.Mode != RelayServe {
 		return bad(key("relay", "peers"), fmt.Sprintf("%d peers", len(r.Peers)), `needs relay.mode = "serve": only relays join other segments`)

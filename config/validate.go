@@ -159,16 +159,8 @@ func (c *Config) validateGossip() *Error {
 	if e := intRange(key("gossip", "ttl"), g.TTL, 0, maxTTL); e != nil {
 		return e
 	}
-	seen := map[string]int{}
-	for i, p := range g.Peers {
-		at := keyRef{fmt.Sprintf("gossip.peers[%d]", i+1), []string{"gossip", "peers"}, -1}
-		if e := checkAddr(at, p, true, 1); e != nil {
-			return e
-		}
-		if j, dup := seen[p]; dup {
-			return bad(at, quote(p), fmt.Sprintf("must be unique: gossip.peers[%d] has it too", j+1))
-		}
-		seen[p] = i
+	if e := checkPeers("gossip", g.Peers); e != nil {
+		return e
 	}
 	if e := checkAddr(key("gossip", "bind"), g.Bind, false, 0); e != nil {
 		return e
@@ -185,6 +177,23 @@ func (c *Config) validateGossip() *Error {
 		return e
 	}
 	return intRange(key("gossip", "max_packet"), g.MaxPacket, minMaxPacket, maxMaxPacket)
+}
+
+// checkPeers checks a list of peers, section.peers: each "host:port" with
+// a port from 1, and each once.
+func checkPeers(section string, peers []string) *Error {
+	seen := map[string]int{}
+	for i, p := range peers {
+		at := keyRef{fmt.Sprintf("%s.peers[%d]", section, i+1), []string{section, "peers"}, -1}
+		if e := checkAddr(at, p, true, 1); e != nil {
+			return e
+		}
+		if j, dup := seen[p]; dup {
+			return bad(at, quote(p), fmt.Sprintf("must be unique: %s.peers[%d] has it too", section, j+1))
+		}
+		seen[p] = i
+	}
+	return nil
 }
 
 func (c *Config) validateAdmin() *Error {

@@ -70,12 +70,17 @@ func (s *syncBuffer) String() string {
 
 func newTestNode(t *testing.T, net *MemNetwork, name string, key []byte, fingerprint uint64) *testNode {
 	t.Helper()
-	tn := &testNode{tr: net.Join(name), log: &syncBuffer{}, applied: map[string]uint32{}}
-	n, err := NewNode(Config{
-		Since:       simT0,
-		Interval:    time.Second,
-		Key:         key,
-		Fingerprint: fingerprint,
+	return newTestNodeWith(t, net.Join(name), func(c *Config) { c.Key, c.Fingerprint = key, fingerprint })
+}
+
+// newTestNodeWith is newTestNode on transport tr, with its Config changed
+// by set.
+func newTestNodeWith(t *testing.T, tr *MemTransport, set func(*Config)) *testNode {
+	t.Helper()
+	tn := &testNode{tr: tr, log: &syncBuffer{}, applied: map[string]uint32{}}
+	cfg := Config{
+		Since:    simT0,
+		Interval: time.Second,
 		Drain: func(dst []Hit) []Hit {
 			tn.mu.Lock()
 			defer tn.mu.Unlock()
@@ -91,7 +96,9 @@ func newTestNode(t *testing.T, net *MemNetwork, name string, key []byte, fingerp
 			}
 		},
 		Logger: slog.New(slog.NewTextHandler(tn.log, nil)),
-	}, tn.tr)
+	}
+	set(&cfg)
+	n, err := NewNode(cfg, tn.tr)
 	if err != nil {
 		t.Fatal(err)
 	}

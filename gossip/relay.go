@@ -260,19 +260,12 @@ func (n *Node) sendToRelays(now time.Time, hits []Hit, live []liveRelay) error {
 		}
 		n.configure(enc)
 		enc.Relayed = true
-		_, err := enc.EncodeRelay(now, MsgToRelay, rs.byRelay[k], func(pkt []byte) error {
-			var err error
-			if u != nil {
-				err = u.SendTo(pkt, r.addr)
-			} else {
-				err = n.transport.Send(pkt)
-			}
-			if err == nil {
-				packets++
-				bytes += uint64(len(pkt))
-			}
-			return err
-		})
+		send := n.transport.Send
+		if u != nil {
+			send = func(pkt []byte) error { return u.SendTo(pkt, r.addr) }
+		}
+		p, b, err := sendRelay(enc, now, MsgToRelay, rs.byRelay[k], send)
+		packets, bytes = packets+p, bytes+b
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -291,6 +284,20 @@ func (n *Node) sendToRelays(now time.Time, hits []Hit, live []liveRelay) error {
 		return errs[0]
 	}
 	return nil
+}
+
+// sendRelay encodes hits as datagrams of type t with enc and sends each,
+// stopping at the first error; it returns what was sent.
+func sendRelay(enc *Encoder, now time.Time, t MsgType, hits []Hit, send func([]byte) error) (packets, bytes uint64, err error) {
+	_, err = enc.EncodeRelay(now, t, hits, func(pkt []byte) error {
+		if err := send(pkt); err != nil {
+			return err
+		}
+		packets++
+		bytes += uint64(len(pkt))
+		return nil
+	})
+	return packets, bytes, err
 }
 
 // forward, on a relay, sends the aggregate of this interval to the
@@ -317,15 +324,7 @@ func (n *Node) forward(now time.Time) error {
 	rs.mu.Unlock()
 
 	var errs []error
-	var packets, bytes uint64
-	_, err := n.enc.EncodeRelay(now, MsgAggregate, rs.out, func(pkt []byte) error {
-		err := n.transport.Send(pkt)
-		if err == nil {
-			packets++
-			bytes += uint64(len(pkt))
-		}
-		return err
-	})
+	packets, bytes, err := sendRelay(&n.enc, now, MsgAggregate, rs.out, n.transport.Send)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -333,15 +332,7 @@ func (n *Node) forward(now time.Time) error {
 	if link != nil {
 		n.configure(&rs.linkEnc)
 		rs.linkEnc.Node = n.id
-		_, err := rs.linkEnc.EncodeRelay(now, MsgCrossing, rs.cross, func(pkt []byte) error {
-			err := link.Send(pkt)
-			if err == nil {
-				cpackets++
-				cbytes += uint64(len(pkt))
-			}
-			return err
-		})
-		if err != nil {
+		if cpackets, cbytes, err = sendRelay(&rs.linkEnc, now, MsgCrossing, rs.cross, link.Send); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -3,7 +3,6 @@ package gossip
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -19,37 +18,13 @@ type relayNode struct {
 
 func newRelayNode(t *testing.T, seg *MemNetwork, link *MemNetwork, name string, mode RelayMode, hold HoldFunc) *relayNode {
 	t.Helper()
-	tn := &testNode{tr: seg.Join(name), log: &syncBuffer{}, applied: map[string]uint32{}}
-	rn := &relayNode{testNode: tn}
+	rn := &relayNode{}
 	cfg := RelayConfig{Mode: mode, Hold: hold, MaxAge: 2 * time.Second}
 	if link != nil {
 		rn.link = link.Join(name)
 		cfg.Link = rn.link
 	}
-	n, err := NewNode(Config{
-		Since:    simT0,
-		Interval: time.Second,
-		Drain: func(dst []Hit) []Hit {
-			tn.mu.Lock()
-			defer tn.mu.Unlock()
-			dst = append(dst, tn.pending...)
-			tn.pending = nil
-			return dst
-		},
-		Apply: func(now time.Time, hits []Hit) {
-			tn.mu.Lock()
-			defer tn.mu.Unlock()
-			for _, h := range hits {
-				tn.applied[h.Key] += h.Count
-			}
-		},
-		Relay:  cfg,
-		Logger: slog.New(slog.NewTextHandler(tn.log, nil)),
-	}, tn.tr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tn.Node = n
+	rn.testNode = newTestNodeWith(t, seg.Join(name), func(c *Config) { c.Relay = cfg })
 	return rn
 }
 
