@@ -286,6 +286,7 @@ type peerView struct {
 	Hits      uint64 `json:"hits"`
 	Lost      uint64 `json:"lost"`
 	Match     bool   `json:"fingerprint_match"`
+	Relay     string `json:"relay"`
 }
 
 // peers reads the daemon's /v1/peers, by node id.

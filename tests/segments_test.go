@@ -125,6 +125,16 @@ func TestSegments(t *testing.T) {
 		})
 	}
 
+	// The peers view marks the relays: its segment's other one, and the
+	// other segment's two.
+	kinds := map[string]int{}
+	for _, p := range ds[0].peers(t) {
+		kinds[p.Relay]++
+	}
+	if kinds["segment"] != 1 || kinds["remote"] != 2 {
+		t.Errorf("a1's peers view shows relays %v, want 1 of its segment and 2 remote", kinds)
+	}
+
 	// One limit across both segments, with loss on the link.
 	nft(t, `table inet link {
 	chain forward {
