@@ -38,6 +38,7 @@ type Config struct {
 	Gossip Gossip   `toml:"gossip"` // how reports reach the other peers
 	Admin  Admin    `toml:"admin"`  // the HTTP admin endpoint
 	HTTP   HTTP     `toml:"http"`   // the HTTP decision endpoint
+	SPOE   SPOE     `toml:"spoe"`   // the agent for HAProxy's SPOE
 	Log    Log      `toml:"log"`    // what the daemon logs, and how
 	State  State    `toml:"state"`  // the table kept across restarts
 }
@@ -197,6 +198,10 @@ func Default() Config {
 			Listen:       "",   // no HTTP decision endpoint
 			MaxConns:     1024, // proxies keep a few keep-alive connections each
 			RefuseStatus: 403,  // what nginx's auth_request accepts as a refusal
+		},
+		SPOE: SPOE{
+			Listen:   "",               // no SPOE agent
+			MaxConns: defaultSPOEConns, // HAProxy opens a few per thread
 		},
 		Log: Log{
 			Format: "text", // key=value lines

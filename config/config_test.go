@@ -33,6 +33,7 @@ func TestDefaultValues(t *testing.T) {
 		Limit:  Limit{Rate: 1, Burst: 10, MaxTags: 1000000},
 		Gossip: Gossip{Interval: Duration{time.Second}, TTL: 1, Bind: ":7777", MaxPacket: 1400, WarmStart: true, MaxPeers: 1000},
 		HTTP:   HTTP{MaxConns: 1024, RefuseStatus: 403},
+		SPOE:   SPOE{MaxConns: 1024},
 		Log:    Log{Format: "text", Level: "info"},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
@@ -79,6 +80,7 @@ func TestShippedExample(t *testing.T) {
 		},
 		Admin: Admin{HTTP: "127.0.0.1:7071"},
 		HTTP:  HTTP{MaxConns: 1024, RefuseStatus: 403},
+		SPOE:  SPOE{MaxConns: 1024},
 		Log:   Log{Format: "text", Level: "info"},
 		State: State{File: "/var/lib/dthrottle/state"},
 	}
