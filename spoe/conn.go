@@ -20,11 +20,11 @@ type conn struct {
 	in       []byte // frames read and not yet handled, at most maxFrame+4 bytes
 	out      []byte // frames to write
 	msgs     []message
-	tag      []byte // a tag made text (an address, a number)
-	val      []byte // a variable's value being made
-	maxFrame int    // the frame size agreed in the HELLO, or ours before it
-	hello    bool   // the HELLO handshake is done
-	c        counts // this batch's counts, added to the server's after it
+	tag      []byte    // a tag made text (an address, a number)
+	val      []byte    // a variable's value being made
+	maxFrame int       // the frame size agreed in the HELLO, or ours before it
+	hello    bool      // the HELLO handshake is done
+	c        counts    // this batch's counts, added to the server's after it
 	rdl, wdl time.Time // the read and write deadlines set last
 }
 
@@ -32,6 +32,14 @@ type conn struct {
 // deadline, may lag behind its exact value: moving a deadline costs a
 // timer update, so they move at most once per slack while busy.
 const slack = time.Second
+
+// fresh reports whether a deadline dl set for a timeout d is close enough
+// to now+d to stay: not after it, and behind it by less than slack (or a
+// quarter of d, for short timeouts).
+func fresh(dl, now time.Time, d time.Duration) bool {
+	want := now.Add(d)
+	return !dl.After(want) && dl.After(want.Add(-min(slack, d/4)))
+}
 
 // counts are what a batch adds to the server's counters.
 type counts struct {
@@ -63,7 +71,7 @@ func (c *conn) serve() {
 			deadline = start.Add(c.s.cfg.HelloTimeout)
 		case len(c.in) > 0:
 			deadline = partialSince.Add(c.s.cfg.FrameTimeout)
-		case c.rdl.After(now.Add(c.s.cfg.IdleTimeout - slack)):
+		case fresh(c.rdl, now, c.s.cfg.IdleTimeout):
 			deadline = c.rdl // recent enough: moving a deadline costs
 		default:
 			deadline = now.Add(c.s.cfg.IdleTimeout)
@@ -305,7 +313,7 @@ func hasItem(list []byte, item string) bool {
 
 // flush writes the pending frames, within the write timeout.
 func (c *conn) flush() error {
-	if now := time.Now(); !c.wdl.After(now.Add(c.s.cfg.WriteTimeout - slack)) {
+	if now := time.Now(); !fresh(c.wdl, now, c.s.cfg.WriteTimeout) {
 		c.wdl = now.Add(c.s.cfg.WriteTimeout)
 		c.nc.SetWriteDeadline(c.wdl)
 	}
