@@ -150,8 +150,8 @@ for port in "${ports[@]}"; do
 	[ "$code" = 200 ] || { echo "pipeline.sh: port $port answers $code" >&2; tail "$tmp"/*.log >&2; exit 1; }
 done
 
-# Queries on the line protocol and decisions of the SPOE agent alike.
-asked() { curl -s "http://127.0.0.1:$((BASE + 9))/metrics" | awk '/^dthrottle_queries_total/ || /^dthrottle_spoe_messages_total/ {s += $2} END {print s + 0}'; }
+# The table's decisions: the line protocol's queries and the SPOE agent's alike.
+asked() { curl -s "http://127.0.0.1:$((BASE + 9))/metrics" | awk '/^dthrottle_queries_total/ {s += $2} END {print s + 0}'; }
 
 echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); wrk -t2 -c$CONNS -d$DURATION --latency"
 for r in $(seq "$ROUNDS"); do

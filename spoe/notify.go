@@ -34,8 +34,10 @@ const MaxCost = 1000000
 // notify decides every message of a NOTIFY frame and appends its ACK.
 // A message that cannot be decided (no argument, a cost out of range, an
 // argument of a type no tag is made of) is counted as bad and gets no
-// variables, which the shipped configuration serves (fail open). Messages
-// whose variables would not fit the agreed frame size are not decided.
+// variables, which the shipped configuration serves (fail open). The ACK
+// never passes the agreed frame size: a message whose variables would not
+// fit gets only txn.<prefix>.allowed, and one for which even that has no
+// room is not decided.
 func (c *conn) notify(now time.Time, h header, p []byte) int {
 	var err error
 	if c.msgs, err = readMessages(p, c.msgs); err != nil {
@@ -44,27 +46,22 @@ func (c *conn) notify(now time.Time, h header, p []byte) int {
 	b, at := beginFrame(c.out, frameAck, h.streamID, h.frameID)
 	for i := range c.msgs {
 		tag, cost, ok := c.tagOf(&c.msgs[i])
-		if !ok {
+		if !ok || len(b)-at-4+minActions > c.maxFrame {
 			c.c.bad++
 			continue
 		}
-		if len(b)-at-4 > c.maxFrame-maxActions {
-			c.c.bad++ // no room left in the ACK
-			continue
+		mark := len(b)
+		v := c.s.decide.AllowN(now, tag, cost)
+		if b = c.actions(b, v); len(b)-at-4 > c.maxFrame {
+			b = appendSetInt(b[:mark], varAllowed, allowedValue(v))
 		}
-		b = c.decide(b, now, tag, cost)
 	}
 	c.out = endFrame(b, at)
 	return -1
 }
 
-// maxActions bounds the bytes of one message's actions: four variables
-// with names under 20 bytes, two header values holding a policy name of at
-// most maxPolicyName bytes, a number each.
-const (
-	maxPolicyName = 1024
-	maxActions    = 4*32 + 2*(2*maxPolicyName+64) + 64
-)
+// minActions is the size of the smallest answer: txn.<prefix>.allowed.
+var minActions = len(appendSetInt(nil, varAllowed, 0))
 
 // tagOf finds a message's tag and cost. The tag is the argument named
 // "tag", or else the first one: a string or binary as it is, an address
@@ -119,19 +116,16 @@ func signed(v value) int64 {
 	return int64(v.num)
 }
 
-// decide spends cost tokens of tag and appends the set-var actions that
-// carry the verdict.
-func (c *conn) decide(b []byte, now time.Time, tag []byte, cost int) []byte {
-	v := c.s.decide.AllowN(now, tag, cost)
-	allowed := int32(0)
+// actions counts a verdict and appends the set-var actions that carry
+// it.
+func (c *conn) actions(b []byte, v bucket.Verdict) []byte {
 	if v.Allowed {
-		allowed = 1
 		c.c.allowed++
 	} else {
 		c.c.refused++
 	}
-	b = appendSetInt(b, varAllowed, allowed)
-	if v.Policy.Action == bucket.Limit && v.Policy.Name != "" && len(v.Policy.Name) <= maxPolicyName {
+	b = appendSetInt(b, varAllowed, allowedValue(v))
+	if v.Policy.Action == bucket.Limit && v.Policy.Name != "" {
 		c.val = httpapi.AppendPolicy(c.val[:0], v.Policy)
 		b = appendSetString(b, varPolicy, c.val)
 		c.val = httpapi.AppendRateLimit(c.val[:0], v)
@@ -149,6 +143,14 @@ func (c *conn) decide(b []byte, now time.Time, tag []byte, cost int) []byte {
 		b = appendSetString(b, varDryRun, dry)
 	}
 	return b
+}
+
+// allowedValue is txn.<prefix>.allowed: 1 served, 0 refused.
+func allowedValue(v bucket.Verdict) int32 {
+	if v.Allowed {
+		return 1
+	}
+	return 0
 }
 
 var dryServed, dryRefused = []byte("served"), []byte("refused")
