@@ -31,6 +31,7 @@ type collector struct {
 	reportDuration, lastReport                             family
 	dryRunRefused                                          family
 	httpRequests, httpConnections, httpRejected            family
+	spoe                                                   spoeFamilies
 	warmRequests, warmAnswers, warmBytes, warmTags         family
 	warmDropped, warmSeconds                               family
 	learned, learnedTotal                                  family
@@ -83,6 +84,7 @@ func newCollector(snapshot func() Snapshot) *collector {
 		httpRequests:    newFamily("http_requests_total", "Requests to the HTTP decision endpoint, by result: allowed (2xx), refused, bad (4xx for their form).", counter, "result"),
 		httpConnections: newFamily("http_connections", "HTTP decision endpoint connections open.", gauge),
 		httpRejected:    newFamily("http_connections_rejected_total", "HTTP decision endpoint connections answered 503 because its max_conns were open.", counter),
+		spoe:            newSPOEFamilies(),
 
 		warmRequests: newFamily("warm_requests_total", "Warm start snapshot requests, by direction: sent (this node asking), received (peers asking), refused (received and not answered: answered before, too many at once).", counter, "direction"),
 		warmAnswers:  newFamily("warm_answer_packets_total", "Warm start answer datagrams, sent to peers that asked and received (merged) from peers.", counter, "direction"),
@@ -105,7 +107,7 @@ func newCollector(snapshot func() Snapshot) *collector {
 }
 
 func (c *collector) families() []family {
-	return []family{
+	return append(c.spoe.all(),
 		c.buildInfo, c.startTime,
 		c.queries, c.policyQueries, c.requests, c.linesTooLong,
 		c.tags, c.evictions, c.evictedHits,
@@ -121,7 +123,7 @@ func (c *collector) families() []family {
 		c.relayMode, c.relayRelays, c.relayReports, c.relayPackets, c.relayBytes,
 		c.relayHeldTags, c.relayHeldHits, c.relayHotTags, c.relayHits, c.relayOwnPending,
 		c.relayRemoteSilences, c.relayCrossingsLost,
-	}
+	)
 }
 
 // Describe sends every family this collector may emit.
@@ -194,6 +196,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		emit(c.httpRequests, float64(h.Bad), "bad")
 		emit(c.httpConnections, float64(h.Active))
 		emit(c.httpRejected, float64(h.Rejected))
+	}
+	if sp := s.SPOE; sp != nil {
+		c.spoe.collect(sp, emit)
 	}
 
 	g := s.Gossip

@@ -8,6 +8,7 @@ import (
 	"github.com/dthrottle/dthrottle/gossip"
 	"github.com/dthrottle/dthrottle/httpapi"
 	"github.com/dthrottle/dthrottle/protocol"
+	"github.com/dthrottle/dthrottle/spoe"
 	"github.com/dthrottle/dthrottle/state"
 )
 
@@ -67,6 +68,7 @@ type Snapshot struct {
 	Policies       []bucket.PolicyStats
 	Gossip         *Gossip        // nil when gossip is off
 	HTTP           *httpapi.Stats // the HTTP decision endpoint; nil when off
+	SPOE           *spoe.Stats    // the SPOE agent; nil when off
 	State          *state.Stats   // the state file; nil when off
 	Reloads        uint64         // configuration reloads applied
 	ReloadFailures uint64         // reloads rejected (the running config kept)

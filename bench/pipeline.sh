@@ -11,6 +11,8 @@
 #   haproxy-off      HAProxy alone
 #   haproxy-conn     contrib/haproxy/haproxy.cfg: Lua, a connection per request
 #   haproxy-pool     contrib/haproxy/haproxy-pool.cfg: Lua, connections kept per thread
+#   haproxy-spoe     contrib/haproxy/haproxy-spoe.cfg: SPOE, dthrottled's agent
+#                    over pipelined connections
 # every request spending a token of a tag that is never exhausted (burst
 # 1,000,000, rate 1e9). The runs are interleaved, round by round, so the
 # machine's load falls on all alike. Printed per run: requests/s, p99, and
@@ -22,6 +24,7 @@
 #
 #   bench/pipeline.sh                   # 3 rounds of 5 s each
 #   ROUNDS=5 DURATION=10s bench/pipeline.sh
+#   PATHS='haproxy-*' bench/pipeline.sh # only the paths matching the pattern
 #
 # Needs nginx, libnginx-mod-http-lua, haproxy, wrk and curl.
 set -euo pipefail
@@ -30,7 +33,8 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5s}
 CONNS=${CONNS:-64}
-BASE=${BASE:-28180} # ports BASE+1 to BASE+9 on 127.0.0.1, below the ephemeral range
+BASE=${BASE:-28180} # ports BASE+1 to BASE+11 on 127.0.0.1, below the ephemeral range
+PATHS=${PATHS:-*}   # a shell pattern: the paths to run
 
 for tool in /usr/sbin/nginx /usr/sbin/haproxy wrk curl; do
 	command -v "$tool" >/dev/null || { echo "pipeline.sh: $tool not found (apt-get install -y nginx libnginx-mod-http-lua haproxy wrk curl)" >&2; exit 1; }
@@ -63,6 +67,8 @@ burst = 1000000
 listen = "127.0.0.1:$((BASE + 8))"
 [admin]
 http = "127.0.0.1:$((BASE + 9))"
+[spoe]
+listen = "127.0.0.1:$((BASE + 11))"
 TOML
 "$tmp/dthrottled" -config "$tmp/dthrottle.toml" 2>"$tmp/dthrottled.log" &
 pids+=($!)
@@ -121,9 +127,20 @@ sed -e "s|/run/dthrottle/dthrottle.sock|$tmp/d.sock|" -e "s|/etc/haproxy/dthrott
 pids+=($!)
 /usr/sbin/haproxy -db -f "$tmp/haproxy-pool.cfg" >"$tmp/haproxy-pool.log" 2>&1 &
 pids+=($!)
+# SPOE on BASE+10: its own process and two threads, as shipped.
+sed -e "s|/etc/haproxy/spoe-dthrottle.conf|$PWD/contrib/haproxy/spoe-dthrottle.conf|" -e "s|127.0.0.1:7074|127.0.0.1:$((BASE + 11))|" \
+	-e "s|bind :8080|bind 127.0.0.1:$((BASE + 10))|" contrib/haproxy/haproxy-spoe.cfg >"$tmp/haproxy-spoe.cfg"
+/usr/sbin/haproxy -db -f "$tmp/haproxy-spoe.cfg" >"$tmp/haproxy-spoe.log" 2>&1 &
+pids+=($!)
 
-names=(nginx-off nginx-auth nginx-lua nginx-pipeline haproxy-off haproxy-conn haproxy-pool)
-ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 7)) $((BASE + 3)) $((BASE + 4)) $((BASE + 5)) $((BASE + 6)))
+all_names=(nginx-off nginx-auth nginx-lua nginx-pipeline haproxy-off haproxy-conn haproxy-pool haproxy-spoe)
+all_ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 7)) $((BASE + 3)) $((BASE + 4)) $((BASE + 5)) $((BASE + 6)) $((BASE + 10)))
+names=() ports=()
+for i in "${!all_names[@]}"; do
+	# shellcheck disable=SC2053 # PATHS is a pattern
+	[[ ${all_names[$i]} == $PATHS ]] && names+=("${all_names[$i]}") && ports+=("${all_ports[$i]}")
+done
+[ ${#names[@]} -gt 0 ] || { echo "pipeline.sh: no path matches PATHS=$PATHS" >&2; exit 1; }
 for port in "${ports[@]}"; do
 	for _ in $(seq 100); do
 		curl -s -o /dev/null "http://127.0.0.1:$port/hello.txt" && break
@@ -133,6 +150,7 @@ for port in "${ports[@]}"; do
 	[ "$code" = 200 ] || { echo "pipeline.sh: port $port answers $code" >&2; tail "$tmp"/*.log >&2; exit 1; }
 done
 
+# The table's decisions: the line protocol's queries and the SPOE agent's alike.
 asked() { curl -s "http://127.0.0.1:$((BASE + 9))/metrics" | awk '/^dthrottle_queries_total/ {s += $2} END {print s + 0}'; }
 
 echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); wrk -t2 -c$CONNS -d$DURATION --latency"

@@ -39,6 +39,7 @@ type Config struct {
 	Relay  Relay    `toml:"relay"`  // relays that sum a segment's reports
 	Admin  Admin    `toml:"admin"`  // the HTTP admin endpoint
 	HTTP   HTTP     `toml:"http"`   // the HTTP decision endpoint
+	SPOE   SPOE     `toml:"spoe"`   // the agent for HAProxy's SPOE
 	Log    Log      `toml:"log"`    // what the daemon logs, and how
 	State  State    `toml:"state"`  // the table kept across restarts
 }
@@ -204,6 +205,10 @@ func Default() Config {
 			Listen:       "",   // no HTTP decision endpoint
 			MaxConns:     1024, // proxies keep a few keep-alive connections each
 			RefuseStatus: 403,  // what nginx's auth_request accepts as a refusal
+		},
+		SPOE: SPOE{
+			Listen:   "",               // no SPOE agent
+			MaxConns: defaultSPOEConns, // HAProxy opens a few per thread
 		},
 		Log: Log{
 			Format: "text", // key=value lines

@@ -34,6 +34,7 @@ func TestDefaultValues(t *testing.T) {
 		Gossip: Gossip{Interval: Duration{time.Second}, TTL: 1, Bind: ":7777", MaxPacket: 1400, WarmStart: true, MaxPeers: 1000},
 		Relay:  Relay{Mode: "off", Hold: 0.5, Bind: ":7778"},
 		HTTP:   HTTP{MaxConns: 1024, RefuseStatus: 403},
+		SPOE:   SPOE{MaxConns: 1024},
 		Log:    Log{Format: "text", Level: "info"},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
@@ -81,6 +82,7 @@ func TestShippedExample(t *testing.T) {
 		Relay: Relay{Mode: "off", Hold: 0.5, Peers: []string{}, Bind: ":7778"},
 		Admin: Admin{HTTP: "127.0.0.1:7071"},
 		HTTP:  HTTP{MaxConns: 1024, RefuseStatus: 403},
+		SPOE:  SPOE{MaxConns: 1024},
 		Log:   Log{Format: "text", Level: "info"},
 		State: State{File: "/var/lib/dthrottle/state"},
 	}

@@ -21,11 +21,11 @@ const (
 	hdrDryRun     = "DThrottle-Dry-Run"
 )
 
-// appendPolicy appends the RateLimit-Policy value of a limit policy:
+// AppendPolicy appends the RateLimit-Policy value of a limit policy:
 // `"name";q=<burst>;w=<seconds>`, its quota the bucket's burst and its
 // window the time the bucket takes to refill from empty, burst/rate,
 // rounded up to a whole second.
-func appendPolicy(b []byte, p bucket.Policy) []byte {
+func AppendPolicy(b []byte, p bucket.Policy) []byte {
 	b = appendSFString(b, p.Name)
 	b = append(b, ";q="...)
 	b = strconv.AppendInt(b, int64(p.Burst), 10)
@@ -33,16 +33,27 @@ func appendPolicy(b []byte, p bucket.Policy) []byte {
 	return strconv.AppendInt(b, ceilSeconds(float64(p.Burst)/p.Rate), 10)
 }
 
-// appendRateLimit appends the RateLimit value of a verdict:
+// AppendRateLimit appends the RateLimit value of a verdict:
 // `"name";r=<remaining>;t=<seconds>`, remaining the whole tokens left in
 // the bucket (0 in debt), and t the seconds until the bucket is full
 // again, rounded up.
-func appendRateLimit(b []byte, v bucket.Verdict) []byte {
+func AppendRateLimit(b []byte, v bucket.Verdict) []byte {
 	b = appendSFString(b, v.Policy.Name)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, int64(max(math.Floor(v.Tokens), 0)), 10)
 	b = append(b, ";t="...)
 	return strconv.AppendInt(b, ceilDuration(v.Full), 10)
+}
+
+// RetryAfter is the Retry-After value of a refusal: the whole seconds,
+// rounded up and at least 1, until the same request would be served. ok
+// is false for a served request, and for a cost above the policy's burst,
+// which is never served.
+func RetryAfter(v bucket.Verdict) (seconds int64, ok bool) {
+	if v.Allowed || v.Wait >= time.Duration(math.MaxInt64) {
+		return 0, false
+	}
+	return max(ceilDuration(v.Wait), 1), true
 }
 
 // appendSFString appends s as a structured-field string (RFC 9651):

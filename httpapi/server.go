@@ -208,13 +208,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b := tag[len(tag):] // header values go after the tag in the same buffer
 	if v.Policy.Action == bucket.Limit && v.Policy.Name != "" {
 		n := len(b)
-		b = appendPolicy(b, v.Policy)
+		b = AppendPolicy(b, v.Policy)
 		h[hdrPolicy] = []string{string(b[n:])}
 		n = len(b)
-		b = appendRateLimit(b, v)
+		b = AppendRateLimit(b, v)
 		h[hdrRateLimit] = []string{string(b[n:])}
-		if !v.Allowed && v.Wait < time.Duration(1<<63-1) {
-			h[hdrRetryAfter] = []string{strconv.FormatInt(max(ceilDuration(v.Wait), 1), 10)}
+		if s, ok := RetryAfter(v); ok {
+			h[hdrRetryAfter] = []string{strconv.FormatInt(s, 10)}
 		}
 	}
 	if v.Policy.DryRun {

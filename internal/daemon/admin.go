@@ -53,6 +53,10 @@ func (d *Daemon) snapshot() admin.Snapshot {
 		h := d.http.srv.Stats()
 		s.HTTP = &h
 	}
+	if d.spoe != nil {
+		sp := d.spoe.srv.Stats()
+		s.SPOE = &sp
+	}
 	if stateOn {
 		st := d.StateStats()
 		s.State = &st

@@ -98,6 +98,7 @@ type Daemon struct {
 	gossip    *gossipRun    // nil when no group and no peers are configured
 	admin     *admin.Server // nil unless admin.http is set
 	http      *httpRun      // nil unless http.listen is set
+	spoe      *spoeRun      // nil unless spoe.listen is set
 	listeners []NamedListener
 	unlock    func() // releases the Unix socket's lock file
 	failed    chan error
@@ -160,10 +161,14 @@ func New(opts Options) (_ *Daemon, err error) {
 	d.server = protocol.NewServer(d.decider(), protocol.Config{MaxConns: cfg.Listen.MaxConns, Logger: d.log})
 	err = d.openHTTP(cfg)
 	if err == nil {
+		err = d.openSPOE(cfg)
+	}
+	if err == nil {
 		err = d.startAdmin(cfg.Admin)
 	}
 	if err != nil {
 		d.stopHTTP(context.Background())
+		d.stopSPOE(context.Background())
 		if d.gossip != nil {
 			d.gossip.node.Stop(context.Background())
 		}
@@ -184,6 +189,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}(l.Listener)
 	}
 	d.serveHTTP()
+	d.serveSPOE()
 	cfg := d.Config()
 	if d.gossip != nil {
 		d.gossip.node.Start()
@@ -236,6 +242,7 @@ func (d *Daemon) Close(grace time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	d.stopHTTP(ctx)
+	d.stopSPOE(ctx)
 	if err := d.server.Shutdown(ctx); err != nil {
 		d.log.Warn("stop: connections not reading their replies were cut off", "grace", grace,
 			"connections", d.server.Stats().Active, "err", err)

@@ -1,0 +1,60 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+)
+
+// SPOE configures the agent for HAProxy's Stream Processing Offload
+// Engine (package spoe), a listener of its own that HAProxy's "filter
+// spoe" connects to. The zero SPOE is not valid (MaxConns is 0): start
+// from [Default].
+type SPOE struct {
+	Listen   string `toml:"listen"`    // "host:port" or "unix:/path"; "" disables
+	MaxConns int    `toml:"max_conns"` // most connections open at once; more are refused
+}
+
+// Allowed values of the [spoe] section. dthrottle.toml documents each one
+// beside its key.
+const (
+	defaultSPOEConns = 1024 // HAProxy opens a few connections per thread
+	maxSPOEConns     = 100000
+)
+
+// validateSPOE checks the SPOE agent's keys.
+func (c *Config) validateSPOE() *Error {
+	s := &c.SPOE
+	k := key("spoe", "listen")
+	if path, ok := strings.CutPrefix(s.Listen, HTTPUnixPrefix); ok {
+		switch {
+		case path == "":
+			return bad(k, quote(s.Listen), `must be "host:port" or "unix:/path" with a path`)
+		case strings.IndexByte(path, 0) >= 0:
+			return bad(k, quote(s.Listen), "must not contain a NUL byte")
+		case len(path) > maxUnixPath:
+			return bad(k, quote(s.Listen), fmt.Sprintf("socket path must be at most %d bytes long (the kernel's limit)", maxUnixPath))
+		case path == c.Listen.Unix:
+			return bad(k, quote(s.Listen), "must be another socket than listen.unix")
+		case s.Listen == c.HTTP.Listen:
+			return bad(k, quote(s.Listen), "must be another socket than http.listen")
+		}
+	} else if s.Listen != "" {
+		if e := checkAddr(k, s.Listen, false, 0); e != nil {
+			return e
+		}
+		if !strings.HasSuffix(s.Listen, ":0") {
+			for _, other := range []struct{ name, addr string }{{"admin.http", c.Admin.HTTP}, {"http.listen", c.HTTP.Listen}, {"listen.tcp", c.Listen.TCP}} {
+				if s.Listen == other.addr {
+					return bad(k, quote(s.Listen), "must be another address than "+other.name)
+				}
+			}
+		}
+	}
+	return intRange(key("spoe", "max_conns"), s.MaxConns, 1, maxSPOEConns)
+}
+
+// Network splits SPOE.Listen into a network and an address for
+// net.Listen: "unix" and the path, or "tcp" and "host:port".
+func (s SPOE) Network() (network, address string) {
+	return HTTP{Listen: s.Listen}.Network()
+}
