@@ -83,6 +83,7 @@ type relayState struct {
 	remote  map[uint64]*peer       // other segments' relays, with their windows
 	senders map[uint64]*peer       // nodes that send this relay hits
 	sum     *RelaySum              // when serving
+	final   bool                   // stopping: the last aggregate holds nothing back
 	foreign map[string]uint32      // other segments' hits for the next aggregate
 	own     *OwnHits
 	stats   RelayNodeStats
@@ -312,7 +313,11 @@ func (n *Node) forward(now time.Time) error {
 		rs.mu.Unlock()
 		return nil
 	}
-	rs.out = rs.sum.Flush(now, rs.out[:0])
+	if rs.final {
+		rs.out = rs.sum.flushAll(rs.out[:0])
+	} else {
+		rs.out = rs.sum.Flush(now, rs.out[:0])
+	}
 	rs.cross = append(rs.cross[:0], rs.out...)
 	for key, c := range rs.foreign {
 		rs.out = append(rs.out, Hit{Key: key, Count: c})

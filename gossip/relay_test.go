@@ -360,3 +360,32 @@ func TestRelayGolden(t *testing.T) {
 		}
 	}
 }
+
+// TestRelayStopPassesAll: a relay that stops cleanly passes on the sums it
+// held back, as a node's clean stop sends its last hits.
+func TestRelayStopPassesAll(t *testing.T) {
+	now := simT0
+	net := NewMemNetwork(MemConfig{Seed: 7}, func() time.Time { return now })
+	hold := func(string) (uint32, time.Duration) { return 5, time.Hour }
+	relay := newRelayNode(t, net, nil, "r", RelayServe, hold)
+	a := newRelayNode(t, net, nil, "a", RelayUse, nil)
+	b := newRelayNode(t, net, nil, "b", RelayUse, nil)
+	all := []*relayNode{relay, a, b}
+	relayRound(t, now, all, net)
+	now = now.Add(time.Second)
+	a.serve("sparse", 2)
+	relayRound(t, now, all, net)
+	now = now.Add(time.Second)
+	relayRound(t, now, all, net)
+	if b.got("sparse") != 0 || relay.Stats().Relay.Sum.HeldHits != 2 {
+		t.Fatalf("before the stop: b applied %d, the relay holds %d; want 0 and 2", b.got("sparse"), relay.Stats().Relay.Sum.HeldHits)
+	}
+	if err := relay.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	net.Deliver(now)
+	b.receiveAll()
+	if b.got("sparse") != 2 {
+		t.Errorf("after the relay's stop b applied %d of the 2 held hits", b.got("sparse"))
+	}
+}

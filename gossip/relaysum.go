@@ -144,6 +144,23 @@ func (r *RelaySum) Flush(now time.Time, dst []Hit) []Hit {
 	return dst
 }
 
+// flushAll appends to dst every sum held, whatever its threshold, and
+// empties the sums: a relay's last aggregate before it stops.
+func (r *RelaySum) flushAll(dst []Hit) []Hit {
+	for _, h := range r.overflow {
+		dst = append(dst, h)
+		r.stats.Passed += uint64(h.Count)
+	}
+	r.overflow = r.overflow[:0]
+	for key, e := range r.held {
+		dst = append(dst, Hit{Key: key, Count: e.count})
+		r.stats.Passed += uint64(e.count)
+	}
+	r.stats.HeldHits = 0
+	clear(r.held)
+	return dst
+}
+
 // keepHot is what a hot tag must sum in one aggregate to stay hot: the
 // threshold's worth over the hold age, at least 1.
 func keepHot(theta uint32, age, every time.Duration) uint32 {

@@ -86,6 +86,9 @@ func (n *Node) Stop(ctx context.Context) error {
 				err = ctx.Err()
 			}
 		}
+		n.relay.mu.Lock()
+		n.relay.final = true // a relay passes on all it holds
+		n.relay.mu.Unlock()
 		if rerr := n.Report(time.Now()); rerr != nil && err == nil {
 			err = rerr
 		}
