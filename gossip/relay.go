@@ -168,6 +168,15 @@ func (rs *relayState) set(cfg RelayConfig) {
 	}
 }
 
+// setEvery applies a new interval (a reload) to the relay's aggregates
+// and the forget time of the node's own hits.
+func (rs *relayState) setEvery(every time.Duration) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.every = every
+	rs.set(rs.cfg)
+}
+
 // SetRelay changes the relaying mode and hold-back from the next report
 // on (a reload). The link to other segments stays the one NewNode got.
 // A relay that stops serving drops the sums it held.
@@ -214,6 +223,7 @@ func (n *Node) route(now time.Time) []liveRelay {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	rs.liveBuf = rs.live(now, n.id, silent, rs.liveBuf[:0])
+	rs.stats.OwnForgotten += rs.own.Forget(now)
 	n.enc.Relayed = rs.cfg.Mode != RelayOff
 	if len(rs.liveBuf) == 0 && n.enc.Relayed {
 		rs.stats.Direct++
@@ -237,7 +247,6 @@ func (n *Node) sendToRelays(now time.Time, hits []Hit, live []liveRelay) error {
 		rs.byRelay[k] = append(rs.byRelay[k], h)
 	}
 	rs.mu.Lock()
-	rs.stats.OwnForgotten += rs.own.Forget(now)
 	for k, r := range live {
 		rs.own.sentCapped(now, rs.byRelay[k])
 		if r.self && rs.sum != nil {

@@ -46,6 +46,7 @@ func (n *Node) Update(u Update) error {
 	n.cfg.Interval, n.cfg.MaxPacket, n.cfg.Key, n.cfg.Fingerprint = u.Interval, u.MaxPacket, u.Key, u.Fingerprint
 	n.cfg.SilentAfter = silentAfter(u.Interval)
 	n.mu.Unlock()
+	n.relay.setEvery(u.Interval)
 	select {
 	case <-n.retick: // replace an update the loop has not taken yet
 	default:
