@@ -28,18 +28,9 @@ BASE=${BASE:-39080} # ports BASE to BASE+5, on 127.0.0.1
 for tool in caddy wrk curl; do
 	command -v "$tool" >/dev/null || { echo "caddy.sh: $tool not found (apt-get install -y caddy wrk curl)" >&2; exit 1; }
 done
-tmp=$(mktemp -d /tmp/dthrottle-caddy.XXXXXX)
-chmod 755 "$tmp"
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-mkdir -m 755 "$tmp/www"
-printf 'hello\n' >"$tmp/www/hello.txt"
-chmod 644 "$tmp/www/hello.txt"
+. bench/lib.sh
+bench_tmp caddy
+bench_www
 
 go build -o "$tmp/dthrottled" ./cmd/dthrottled
 cat >"$tmp/tcp.toml" <<TOML

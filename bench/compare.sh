@@ -33,14 +33,8 @@ MAX_TAGS=${MAX_TAGS:-2000000}
 
 command -v redis-server >/dev/null || { echo "compare.sh: redis-server not found (apt-get install -y redis-server)" >&2; exit 1; }
 
-tmp=$(mktemp -d /tmp/dthrottle-bench.XXXXXX)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+. bench/lib.sh
+bench_tmp bench
 
 if [ -n "${DTHROTTLED:-}" ]; then
 	cp "$DTHROTTLED" "$tmp/dthrottled"

@@ -41,19 +41,10 @@ for tool in /usr/sbin/nginx /usr/sbin/haproxy wrk curl; do
 done
 [ -e /usr/lib/nginx/modules/ngx_http_lua_module.so ] || { echo "pipeline.sh: apt-get install -y libnginx-mod-http-lua" >&2; exit 1; }
 
-tmp=$(mktemp -d /tmp/dthrottle-pipeline.XXXXXX)
-chmod 755 "$tmp"
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+. bench/lib.sh
+bench_tmp pipeline
 
-mkdir -m 755 "$tmp/www" "$tmp/tmp"
-printf 'hello\n' >"$tmp/www/hello.txt"
-chmod 644 "$tmp/www/hello.txt"
+bench_www
 
 go build -o "$tmp/dthrottled" ./cmd/dthrottled
 cat >"$tmp/dthrottle.toml" <<TOML

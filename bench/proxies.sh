@@ -29,19 +29,10 @@ for tool in /usr/sbin/nginx caddy /usr/sbin/haproxy wrk; do
 	command -v "$tool" >/dev/null || { echo "proxies.sh: $tool not found (apt-get install -y nginx libnginx-mod-http-lua caddy haproxy wrk)" >&2; exit 1; }
 done
 
-tmp=$(mktemp -d /tmp/dthrottle-proxies.XXXXXX)
-chmod 755 "$tmp"
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+. bench/lib.sh
+bench_tmp proxies
 
-mkdir -m 755 "$tmp/www" "$tmp/tmp"
-printf 'hello\n' >"$tmp/www/hello.txt"
-chmod 644 "$tmp/www/hello.txt"
+bench_www
 
 go build -o "$tmp/dthrottled" ./cmd/dthrottled
 cat >"$tmp/dthrottle.toml" <<TOML

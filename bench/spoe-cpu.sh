@@ -17,14 +17,8 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5s}
 BASE=${BASE:-28280} # ports BASE+1 to BASE+3 on 127.0.0.1
 
-tmp=$(mktemp -d /tmp/dthrottle-spoe-cpu.XXXXXX)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+. bench/lib.sh
+bench_tmp spoe-cpu
 
 go build -o "$tmp/dthrottled" ./cmd/dthrottled
 cat >"$tmp/dthrottle.toml" <<TOML
