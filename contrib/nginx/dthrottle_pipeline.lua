@@ -54,7 +54,7 @@ local cfg = {
     backoff_max = 2000, -- ms, the longest
 }
 
-local concat, find, now, log = table.concat, string.find, ngx.now, ngx.log
+local concat, find, byte, now, log = table.concat, string.find, string.byte, ngx.now, ngx.log
 
 -- configure sets options (see cfg above) and precomputes the headers.
 function _M.configure(opts)
@@ -110,15 +110,21 @@ local function exchange(sock, b)
     if not ok then
         return 0, err
     end
+    -- Every answer is exactly three bytes: read the batch's at once.
+    local data, rerr, partial = sock:receive(3 * b.n)
+    data = data or partial or ""
+    local answers = b.answers
     for i = 1, b.n do
-        local line
-        line, err = sock:receive("*l")
-        if line == "OK" then
-            b.answers[i] = true
-        elseif line == "NO" then
-            b.answers[i] = false
+        local j = 3 * i - 2
+        local x, y, nl = byte(data, j, j + 2)
+        if x == 79 and y == 75 and nl == 10 then     -- "OK\n"
+            answers[i] = true
+        elseif x == 78 and y == 79 and nl == 10 then -- "NO\n"
+            answers[i] = false
+        elseif j > #data then
+            return i - 1, rerr or "short answer"
         else
-            return i - 1, err or ("answer " .. string.format("%q", line))
+            return i - 1, "answer " .. string.format("%q", data:sub(j, j + 2))
         end
     end
     return b.n
@@ -213,8 +219,10 @@ function _M.allow(tag)
     if tag == nil or tag == "" then
         return true
     end
-    tag = cfg.prefix .. tag
-    if #tag > cfg.max_tag or find(tag, "[\r\n]") then
+    if cfg.prefix ~= "" then
+        tag = cfg.prefix .. tag
+    end
+    if #tag > cfg.max_tag or find(tag, "\n", 1, true) or find(tag, "\r", 1, true) then
         if not bad_logged then
             bad_logged = true
             log(ngx.WARN, "dthrottle: a tag with CR or LF, or over ", cfg.max_tag, " bytes, not sent: ", cfg.bad_tag)
