@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5s}
 CONNS=${CONNS:-64}
-BASE=${BASE:-39080} # ports BASE to BASE+5, on 127.0.0.1
+BASE=${BASE:-28380} # ports BASE to BASE+5 on 127.0.0.1, below the ephemeral range
 
 for tool in caddy wrk curl; do
 	command -v "$tool" >/dev/null || { echo "caddy.sh: $tool not found (apt-get install -y caddy wrk curl)" >&2; exit 1; }
@@ -69,22 +69,12 @@ pids+=($!)
 
 names=(off tcp unix floor)
 ports=($((BASE + 0)) $((BASE + 1)) $((BASE + 2)) $((BASE + 3)))
-for port in "${ports[@]}"; do
-	for _ in $(seq 100); do
-		curl -s -o /dev/null "http://127.0.0.1:$port/hello.txt" && break
-		sleep 0.1
-	done
-	code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/hello.txt")
-	[ "$code" = 200 ] || { echo "caddy.sh: port $port answers $code" >&2; tail "$tmp"/*.log >&2; exit 1; }
-done
+bench_await caddy.sh "${ports[@]}"
 
 echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); caddy $(caddy version | cut -d' ' -f1); wrk -t2 -c$CONNS -d$DURATION --latency"
 for r in $(seq "$ROUNDS"); do
 	for i in "${!names[@]}"; do
-		out=$(wrk -t2 -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:${ports[$i]}/hello.txt")
-		rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
-		p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
-		errs=$(awk '/Non-2xx/ {print $5}' <<<"$out")
+		bench_wrk "${ports[$i]}"
 		printf 'round %d  %-6s %10.0f req/s  p99 %s%s\n' "$r" "${names[$i]}" "$rps" "$p99" "${errs:+  non-2xx $errs}"
 		echo "${names[$i]} $rps $p99" >>"$tmp/results"
 	done

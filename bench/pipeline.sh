@@ -132,14 +132,7 @@ for i in "${!all_names[@]}"; do
 	[[ ${all_names[$i]} == $PATHS ]] && names+=("${all_names[$i]}") && ports+=("${all_ports[$i]}")
 done
 [ ${#names[@]} -gt 0 ] || { echo "pipeline.sh: no path matches PATHS=$PATHS" >&2; exit 1; }
-for port in "${ports[@]}"; do
-	for _ in $(seq 100); do
-		curl -s -o /dev/null "http://127.0.0.1:$port/hello.txt" && break
-		sleep 0.1
-	done
-	code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/hello.txt" || true)
-	[ "$code" = 200 ] || { echo "pipeline.sh: port $port answers $code" >&2; tail "$tmp"/*.log >&2; exit 1; }
-done
+bench_await pipeline.sh "${ports[@]}"
 
 # The table's decisions: the line protocol's queries and the SPOE agent's alike.
 asked() { curl -s "http://127.0.0.1:$((BASE + 9))/metrics" | awk '/^dthrottle_queries_total/ {s += $2} END {print s + 0}'; }
@@ -148,12 +141,8 @@ echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/
 for r in $(seq "$ROUNDS"); do
 	for i in "${!names[@]}"; do
 		before=$(asked)
-		out=$(wrk -t2 -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:${ports[$i]}/hello.txt")
+		bench_wrk "${ports[$i]}"
 		after=$(asked)
-		rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
-		p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
-		reqs=$(awk '/requests in/ {print $1}' <<<"$out")
-		errs=$(awk '/Non-2xx/ {print $5}' <<<"$out")
 		printf 'round %d  %-15s %8.0f req/s  p99 %-9s requests %-8s asked %s%s\n' "$r" "${names[$i]}" "$rps" "$p99" "$reqs" "$((after - before))" "${errs:+  non-2xx $errs}"
 		echo "${names[$i]} $rps $p99" >>"$tmp/results"
 	done

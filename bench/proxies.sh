@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5s}
 CONNS=${CONNS:-64}
-BASE=${BASE:-38080} # the ports used: BASE to BASE+8, on 127.0.0.1
+BASE=${BASE:-28080} # ports BASE to BASE+8 on 127.0.0.1, below the ephemeral range
 
 for tool in /usr/sbin/nginx caddy /usr/sbin/haproxy wrk; do
 	command -v "$tool" >/dev/null || { echo "proxies.sh: $tool not found (apt-get install -y nginx libnginx-mod-http-lua caddy haproxy wrk)" >&2; exit 1; }
@@ -111,24 +111,14 @@ HAPROXY
 /usr/sbin/haproxy -db -f "$tmp/haproxy.cfg" >"$tmp/haproxy.log" 2>&1 &
 pids+=($!)
 
-for port in $((BASE + 1)) $((BASE + 2)) $((BASE + 8)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0)); do
-	for _ in $(seq 100); do
-		curl -s -o /dev/null "http://127.0.0.1:$port/hello.txt" && break
-		sleep 0.1
-	done
-	code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/hello.txt")
-	[ "$code" = 200 ] || { echo "proxies.sh: port $port answers $code" >&2; tail "$tmp"/*.log >&2; exit 1; }
-done
+bench_await proxies.sh $((BASE + 1)) $((BASE + 2)) $((BASE + 8)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0))
 
 names=(nginx-off nginx-on nginx-lua caddy-off caddy-on haproxy-off haproxy-on)
 ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 8)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0)))
 echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); wrk -t2 -c$CONNS -d$DURATION --latency"
 for r in $(seq "$ROUNDS"); do
 	for i in "${!names[@]}"; do
-		out=$(wrk -t2 -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:${ports[$i]}/hello.txt")
-		rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
-		p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
-		errs=$(awk '/Non-2xx/ {print $5}' <<<"$out")
+		bench_wrk "${ports[$i]}"
 		printf 'round %d  %-12s %10.0f req/s  p99 %s%s\n' "$r" "${names[$i]}" "$rps" "$p99" "${errs:+  non-2xx $errs}"
 		echo "${names[$i]} $rps $p99" >>"$tmp/results"
 	done

@@ -20,10 +20,7 @@ import (
 // fails under CI=true.
 func requireApache(t *testing.T) string {
 	t.Helper()
-	if _, err := os.Stat("/usr/sbin/apache2"); err == nil {
-		return "/usr/sbin/apache2"
-	}
-	return requireTool(t, "apache2")
+	return requireSbin(t, "apache2")
 }
 
 // apacheModules are loaded by full path: the test's config stands alone,

@@ -61,6 +61,21 @@ func requireTool(t *testing.T, name string) string {
 	return p
 }
 
+// requireSbin returns the path of a Debian server binary, which lives in
+// /usr/sbin (not on every user's PATH), or fails as requireTool does.
+func requireSbin(t *testing.T, name string) string {
+	t.Helper()
+	if p := "/usr/sbin/" + name; fileExists(p) {
+		return p
+	}
+	return requireTool(t, name)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
 // daemon is a dthrottled process started by a test.
 type daemon struct {
 	cmd    *exec.Cmd

@@ -24,10 +24,7 @@ import (
 // returns the site's URL and nginx's error log.
 func startNginxPipeline(t *testing.T, sock string) (string, string) {
 	t.Helper()
-	nginx := "/usr/sbin/nginx"
-	if _, err := os.Stat(nginx); err != nil {
-		nginx = requireTool(t, "nginx")
-	}
+	nginx := requireSbin(t, "nginx")
 	lua := "/usr/lib/nginx/modules/ngx_http_lua_module.so"
 	if _, err := os.Stat(lua); err != nil && os.Getenv("CI") != "true" {
 		t.Skipf("libnginx-mod-http-lua not installed: %v", err)
@@ -76,10 +73,7 @@ http {
 // returns the site's URL and HAProxy's log.
 func startHAProxyPool(t *testing.T, sock string) (string, string) {
 	t.Helper()
-	haproxy := "/usr/sbin/haproxy"
-	if _, err := os.Stat(haproxy); err != nil {
-		haproxy = requireTool(t, "haproxy")
-	}
+	haproxy := requireSbin(t, "haproxy")
 	dir, _ := proxySite(t)
 	port := freePort(t)
 	lua := filepath.Join(dir, "dthrottle_pool.lua")

@@ -157,10 +157,7 @@ func checkThrottled(t *testing.T, url string, d *daemon, log string) {
 }
 
 func TestNginx(t *testing.T) {
-	nginx := "/usr/sbin/nginx"
-	if _, err := os.Stat(nginx); err != nil {
-		nginx = requireTool(t, "nginx")
-	}
+	nginx := requireSbin(t, "nginx")
 	d, httpAddr := startHTTPDaemon(t, fmt.Sprintf(proxyDaemonConfig, 403))
 	dir, www := proxySite(t)
 	port := freePort(t)
@@ -211,10 +208,7 @@ func TestCaddy(t *testing.T) {
 }
 
 func TestHAProxy(t *testing.T) {
-	haproxy := "/usr/sbin/haproxy"
-	if _, err := os.Stat(haproxy); err != nil {
-		haproxy = requireTool(t, "haproxy")
-	}
+	haproxy := requireSbin(t, "haproxy")
 	d := startDaemon(t, fmt.Sprintf(proxyDaemonConfig, 403))
 	dir, _ := proxySite(t)
 	port := freePort(t)
@@ -243,10 +237,7 @@ var nginxLuaModules = []string{"/usr/lib/nginx/modules/ndk_http_module.so", "/us
 // dthrottled in the line protocol over a pool of kept-alive Unix socket
 // connections per worker: the faster path.
 func TestNginxLua(t *testing.T) {
-	nginx := "/usr/sbin/nginx"
-	if _, err := os.Stat(nginx); err != nil {
-		nginx = requireTool(t, "nginx")
-	}
+	nginx := requireSbin(t, "nginx")
 	for _, m := range nginxLuaModules {
 		if _, err := os.Stat(m); err != nil {
 			if os.Getenv("CI") == "true" {

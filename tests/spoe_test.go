@@ -29,10 +29,7 @@ listen = "%s"
 // returns the site's URL and HAProxy's log.
 func startHAProxySPOE(t *testing.T, addr string) (string, string) {
 	t.Helper()
-	haproxy := "/usr/sbin/haproxy"
-	if _, err := os.Stat(haproxy); err != nil {
-		haproxy = requireTool(t, "haproxy")
-	}
+	haproxy := requireSbin(t, "haproxy")
 	dir, _ := proxySite(t)
 	port := freePort(t)
 	spoeConf := filepath.Join(dir, "spoe-dthrottle.conf")
