@@ -2,10 +2,8 @@ package tests
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os/exec"
 	"strings"
 	"sync"
@@ -239,134 +237,6 @@ func poll(t *testing.T, within time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// nodeID is the daemon's gossip node id, from /v1/stats.
-func (d *daemon) nodeID(t *testing.T) string {
-	t.Helper()
-	code, body := httpDo(t, http.MethodGet, "http://"+d.adminAddr(t)+"/v1/stats")
-	var st struct{ Gossip struct{ Node string } }
-	if err := json.Unmarshal([]byte(body), &st); code != http.StatusOK || err != nil || len(st.Gossip.Node) != 16 {
-		t.Fatalf("/v1/stats: %d %v: %s", code, err, body)
-	}
-	return st.Gossip.Node
-}
-
-// awaitPeer waits until the daemon's peers view holds node, silent or not
-// as asked.
-func (d *daemon) awaitPeer(t *testing.T, node string, silent bool) {
-	t.Helper()
-	poll(t, 10*time.Second, fmt.Sprintf("peer %s silent=%v in the peers view of %s", node, silent, d.sock), func() bool {
-		p, ok := d.peers(t)[node]
-		return ok && p.Silent == silent
-	})
-}
-
-// logLines returns the daemon's log lines that contain every one of parts.
-func (d *daemon) logLines(parts ...string) []string {
-	var out []string
-next:
-	for _, line := range strings.Split(d.stderr.String(), "\n") {
-		for _, p := range parts {
-			if !strings.Contains(line, p) {
-				continue next
-			}
-		}
-		out = append(out, line)
-	}
-	return out
-}
-
-// peerView is one entry of /v1/peers.
-type peerView struct {
-	Silent    bool   `json:"silent"`
-	Node      string `json:"node"`
-	Addr      string `json:"addr"`
-	LastHeard string `json:"last_heard"`
-	Hits      uint64 `json:"hits"`
-	Lost      uint64 `json:"lost"`
-	Match     bool   `json:"fingerprint_match"`
-	Relay     string `json:"relay"`
-}
-
-// peers reads the daemon's /v1/peers, by node id.
-func (d *daemon) peers(t *testing.T) map[string]peerView {
-	t.Helper()
-	code, body := httpDo(t, http.MethodGet, "http://"+d.adminAddr(t)+"/v1/peers")
-	var list []peerView
-	if err := json.Unmarshal([]byte(body), &list); code != http.StatusOK || err != nil {
-		t.Fatalf("/v1/peers: %d %v: %s", code, err, body)
-	}
-	out := make(map[string]peerView, len(list))
-	for _, p := range list {
-		out[p.Node] = p
-	}
-	return out
-}
-
-// tagView is /v1/tags/<tag>: a bucket read without spending it.
-type tagView struct {
-	Tracked    bool
-	Tokens     float64
-	Unreported uint64
-}
-
-func (d *daemon) tag(t *testing.T, tag string) tagView {
-	t.Helper()
-	code, body := httpDo(t, http.MethodGet, "http://"+d.adminAddr(t)+"/v1/tags/"+tag)
-	var v tagView
-	if err := json.Unmarshal([]byte(body), &v); code != http.StatusOK || err != nil {
-		t.Fatalf("/v1/tags/%s: %d %v: %s", tag, code, err, body)
-	}
-	return v
-}
-
-// gossipSeries are the /metrics series the fault tests read, by short name.
-var gossipSeries = []struct{ name, family, label string }{
-	{"sent", "dthrottle_gossip_packets_sent_total", ""},
-	{"received", "dthrottle_gossip_packets_received_total", ""},
-	{"lost", "dthrottle_gossip_packets_lost_total", ""},
-	{"duplicate", "dthrottle_gossip_packets_dropped_total", "reason=duplicate"},
-	{"auth", "dthrottle_gossip_packets_dropped_total", "reason=auth"},
-	{"stale", "dthrottle_gossip_packets_dropped_total", "reason=stale"},
-	{"malformed", "dthrottle_gossip_packets_dropped_total", "reason=malformed"},
-	{"own", "dthrottle_gossip_own_packets_total", ""},
-	{"mismatch", "dthrottle_gossip_fingerprint_mismatches_total", ""},
-}
-
-// counters are gossip counters by short name, of one node or summed.
-type counters map[string]float64
-
-// totals reads the gossip counters of ds and sums them.
-func totals(t *testing.T, ds ...*daemon) counters {
-	t.Helper()
-	c := counters{}
-	for _, d := range ds {
-		f := scrape(t, d.adminAddr(t))
-		for _, s := range gossipSeries {
-			if s.label == "" {
-				c[s.name] += metric(t, f, s.family)
-			} else {
-				c[s.name] += metric(t, f, s.family, s.label)
-			}
-		}
-	}
-	return c
-}
-
-func (c counters) String() string {
-	parts := make([]string, len(gossipSeries))
-	for i, s := range gossipSeries {
-		parts[i] = fmt.Sprintf("%s %.0f", s.name, c[s.name])
-	}
-	return strings.Join(parts, ", ")
-}
-
-// lastReport is when the daemon last sent a report.
-func (d *daemon) lastReport(t *testing.T) time.Time {
-	t.Helper()
-	s := metric(t, scrape(t, d.adminAddr(t)), "dthrottle_gossip_last_report_timestamp_seconds")
-	return time.Unix(0, int64(s*1e9))
 }
 
 // settle waits until every report that may carry a hit served before end

@@ -1,0 +1,144 @@
+package tests
+
+import (
+	"net"
+	"slices"
+	"testing"
+	"time"
+)
+
+// This file owns the load the cluster tests hammer a tag with
+// (faults_test.go, segments_test.go, rolling_test.go): when each query was
+// served, and the counts over windows that the bounds are checked against.
+
+// load queries one tag on a cluster's hosts in turn, faultLoad a second,
+// one query in flight over a connection per daemon, and records when each
+// was served. A host that is down is skipped at its turn.
+type load struct {
+	start, end time.Time // end: the last reply
+	done       chan struct{}
+	// Written by the load's goroutine, read after done.
+	ok     map[*daemon][]time.Time // when each OK arrived, per daemon
+	failed int                     // queries to a running daemon that failed
+}
+
+// startLoad hammers tag on hosts for dur.
+func startLoad(hosts []*host, tag string, dur time.Duration) *load {
+	l := &load{start: time.Now(), done: make(chan struct{}), ok: map[*daemon][]time.Time{}}
+	go func() {
+		defer close(l.done)
+		conns := map[*daemon]net.Conn{}
+		tick := time.NewTicker(time.Second / faultLoad)
+		defer tick.Stop()
+		for i := 0; time.Since(l.start) < dur; i++ {
+			<-tick.C
+			if d := hosts[i%len(hosts)].daemon(); d != nil {
+				l.query(conns, d, tag)
+			}
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	return l
+}
+
+// query asks d for tag over its connection in conns, dialling one if
+// needed and dropping it on error.
+func (l *load) query(conns map[*daemon]net.Conn, d *daemon, tag string) {
+	defer func() { l.end = time.Now() }()
+	c := conns[d]
+	var err error
+	if c == nil {
+		if c, err = net.DialTimeout("unix", d.sock, time.Second); err != nil {
+			l.failed++
+			return
+		}
+		conns[d] = c
+	}
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	reply := make([]byte, 3)
+	if _, err = c.Write([]byte(tag + "\n")); err == nil {
+		_, err = readFull(c, reply)
+	}
+	switch {
+	case err != nil || (string(reply) != "OK\n" && string(reply) != "NO\n"):
+		l.failed++
+		c.Close()
+		delete(conns, d)
+	case string(reply) == "OK\n":
+		l.ok[d] = append(l.ok[d], time.Now())
+	}
+}
+
+// wait waits for the load to end and checks that at most mayFail queries
+// to a running daemon failed (one may race with a kill).
+func (l *load) wait(t *testing.T, mayFail int) {
+	t.Helper()
+	select {
+	case <-l.done:
+	case <-time.After(time.Minute):
+		t.Fatal("load generator did not stop")
+	}
+	if l.failed > mayFail {
+		t.Errorf("%d queries to running daemons failed", l.failed)
+	}
+}
+
+// servedIn is how many queries ds (all daemons if none) served in [from, to).
+func (l *load) servedIn(from, to time.Time, ds ...*daemon) int {
+	n := 0
+	for d, oks := range l.ok {
+		if len(ds) > 0 && !slices.Contains(ds, d) {
+			continue
+		}
+		for _, at := range oks {
+			if !at.Before(from) && at.Before(to) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// served is how many queries ds (all daemons if none) served.
+func (l *load) served(ds ...*daemon) int { return l.servedIn(l.start, l.end.Add(time.Second), ds...) }
+
+// most is the most the cluster served in any window of w.
+func (l *load) most(w time.Duration) int { return l.mostIn(w) }
+
+// mostIn is the most ds (all daemons if none) served in any window of w.
+func (l *load) mostIn(w time.Duration, ds ...*daemon) int {
+	var all []time.Time
+	for d, oks := range l.ok {
+		if len(ds) == 0 || slices.Contains(ds, d) {
+			all = append(all, oks...)
+		}
+	}
+	slices.SortFunc(all, func(a, b time.Time) int { return a.Compare(b) })
+	best, j := 0, 0
+	for i := range all {
+		for all[i].Sub(all[j]) >= w {
+			j++
+		}
+		best = max(best, i-j+1)
+	}
+	return best
+}
+
+// duration is the time from the first query to the last reply.
+func (l *load) duration() time.Duration { return l.end.Sub(l.start) }
+
+// figures logs one scenario's results for README's table.
+func figures(t *testing.T, l *load, limit float64, extra string, c counters) {
+	t.Helper()
+	w := l.duration()
+	t.Logf("figures: %s: served %d in %.1fs (%.1f/s) against a bound of %.0f; most in any 1s %d; %s; counters over all nodes: %v",
+		t.Name(), l.served(), w.Seconds(), float64(l.served())/w.Seconds(), limit, l.most(time.Second), extra, c)
+}
+
+// at waits until offset after the load started, to time a fault.
+func at(l *load, offset time.Duration) time.Time {
+	<-time.After(time.Until(l.start.Add(offset)))
+	return time.Now()
+}
