@@ -25,15 +25,11 @@ func (d *Daemon) openHTTP(cfg config.Config) error {
 	if cfg.HTTP.Listen == "" {
 		return nil
 	}
-	h := &httpRun{unlock: func() {}}
+	h := &httpRun{}
 	network, addr := cfg.HTTP.Network()
 	var err error
-	if network == "unix" {
-		if h.l, h.unlock, err = listenUnix(addr, cfg.UnixModeBits(), cfg.Listen.UnixGroup); err != nil {
-			return fmt.Errorf("http endpoint: %w", err)
-		}
-	} else if h.l, err = net.Listen("tcp", addr); err != nil {
-		return fmt.Errorf("http endpoint: listening on tcp %s: %w", addr, err)
+	if h.l, h.unlock, err = d.listenEndpoint("http endpoint", network, addr, cfg); err != nil {
+		return err
 	}
 	hc := httpapi.Config{MaxConns: cfg.HTTP.MaxConns, RefuseStatus: cfg.HTTP.RefuseStatus, Logger: d.log}
 	if d.ownClock {
@@ -42,9 +38,6 @@ func (d *Daemon) openHTTP(cfg config.Config) error {
 	h.srv = httpapi.New(d.table, hc)
 	d.http = h
 	d.log.Info("http decision endpoint", network, h.l.Addr().String(), "refuse_status", cfg.HTTP.RefuseStatus)
-	if ta, ok := h.l.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
-		d.log.Warn("http endpoint is reachable from other hosts: anyone who can connect can spend tags", "http", h.l.Addr().String())
-	}
 	return nil
 }
 

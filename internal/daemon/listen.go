@@ -134,3 +134,22 @@ func removeStale(path string) error {
 	}
 	return nil
 }
+
+// listenEndpoint opens the listener of a request endpoint (the HTTP
+// decision endpoint, the SPOE agent), named what in errors and logs: a
+// Unix socket with listen.unix_mode and listen.unix_group, whose lock
+// unlock releases, or TCP, warned about when other hosts can reach it.
+func (d *Daemon) listenEndpoint(what, network, addr string, cfg config.Config) (l net.Listener, unlock func(), err error) {
+	unlock = func() {}
+	if network == "unix" {
+		if l, unlock, err = listenUnix(addr, cfg.UnixModeBits(), cfg.Listen.UnixGroup); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", what, err)
+		}
+	} else if l, err = net.Listen("tcp", addr); err != nil {
+		return nil, nil, fmt.Errorf("%s: listening on tcp %s: %w", what, addr, err)
+	}
+	if ta, ok := l.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
+		d.log.Warn(what+" is reachable from other hosts: anyone who can connect can spend tags", "addr", l.Addr().String())
+	}
+	return l, unlock, nil
+}

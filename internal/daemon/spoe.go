@@ -24,15 +24,11 @@ func (d *Daemon) openSPOE(cfg config.Config) error {
 	if cfg.SPOE.Listen == "" {
 		return nil
 	}
-	r := &spoeRun{unlock: func() {}}
+	r := &spoeRun{}
 	network, addr := cfg.SPOE.Network()
 	var err error
-	if network == "unix" {
-		if r.l, r.unlock, err = listenUnix(addr, cfg.UnixModeBits(), cfg.Listen.UnixGroup); err != nil {
-			return fmt.Errorf("spoe agent: %w", err)
-		}
-	} else if r.l, err = net.Listen("tcp", addr); err != nil {
-		return fmt.Errorf("spoe agent: listening on tcp %s: %w", addr, err)
+	if r.l, r.unlock, err = d.listenEndpoint("spoe agent", network, addr, cfg); err != nil {
+		return err
 	}
 	sc := spoe.Config{MaxConns: cfg.SPOE.MaxConns, Logger: d.log}
 	if d.ownClock {
@@ -41,9 +37,6 @@ func (d *Daemon) openSPOE(cfg config.Config) error {
 	r.srv = spoe.New(d.table, sc)
 	d.spoe = r
 	d.log.Info("spoe agent", network, r.l.Addr().String())
-	if ta, ok := r.l.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
-		d.log.Warn("spoe agent is reachable from other hosts: anyone who can connect can spend tags", "spoe", r.l.Addr().String())
-	}
 	return nil
 }
 
