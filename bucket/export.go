@@ -3,17 +3,26 @@ package bucket
 import (
 	"hash/maphash"
 	"math"
+	"math/bits"
 	"time"
 )
 
 // This file owns the table's export and conservative merge: what a state
 // file and a snapshot sent to a restarting peer are made of.
+//
+// Levels cross between nodes in one frame, the reported one: a bucket as
+// if the node's own unreported hits had not been served. Those hits reach
+// every peer in the node's next report, so a level that held them would
+// have its peers count them twice (docs/design.md, "Every hit counts
+// once"). ExportShard gives the whole level, for the node's own state
+// file; ReportedShard the reported one, for a peer; Merge compares a level
+// with the table's own reported level and puts the table's unreported
+// hits back on top.
 
 // Level is one tag's bucket as exported: its key and how many tokens it
 // held at the instant of the export. Only buckets below their burst are
 // exported (a full bucket is the same as an absent tag); Tokens is
-// negative for a bucket in debt. Unreported hits are not part of a level:
-// they were, or will be, reported by the node that served them.
+// negative for a bucket in debt.
 type Level struct {
 	// Key is the tag's key as the table keeps it (a long tag in digest
 	// form). In what ExportShard and Export return, it aliases a buffer
@@ -28,11 +37,24 @@ func (t *Table) Shards() int { return len(t.shards) }
 
 // ExportShard appends to dst the level at now of every tag of shard i
 // whose bucket is below its burst, and their keys to keys, and returns
-// both. The levels' keys alias keys. It holds the shard's lock while it
-// copies the shard's records, and no other; with buffers reused from the
-// last call, it does not allocate. Nothing in the table changes. It panics
-// if i is not in [0, Shards()).
+// both: the whole level, the node's unreported hits included, as the
+// node's own state file keeps it. The levels' keys alias keys. It holds
+// the shard's lock while it copies the shard's records, and no other; with
+// buffers reused from the last call, it does not allocate. Nothing in the
+// table changes. It panics if i is not in [0, Shards()).
 func (t *Table) ExportShard(now time.Time, i int, dst []Level, keys []byte) ([]Level, []byte) {
+	return t.exportShard(now, i, dst, keys, false)
+}
+
+// ReportedShard is ExportShard in the reported frame, for a peer: each
+// level without the unreported hits the table holds for its tag (the
+// peer counts those from the next report), and only the tags still below
+// their burst without them.
+func (t *Table) ReportedShard(now time.Time, i int, dst []Level, keys []byte) ([]Level, []byte) {
+	return t.exportShard(now, i, dst, keys, true)
+}
+
+func (t *Table) exportShard(now time.Time, i int, dst []Level, keys []byte, reported bool) ([]Level, []byte) {
 	s := &t.shards[i]
 	first, keyStart := len(dst), len(keys)
 	s.mu.Lock()
@@ -43,6 +65,9 @@ func (t *Table) ExportShard(now time.Time, i int, dst []Level, keys []byte) ([]L
 		}
 		r := s.arena.rec(uint32(e))
 		tat := r.tat()
+		if reported {
+			tat = s.policies[r.policy()].without(tat, r.unreported(), n)
+		}
 		if tat <= n {
 			continue
 		}
@@ -89,6 +114,12 @@ func (t *Table) Export(now time.Time, fn func([]Level) error) error {
 // spent since; a report of a fuller bucket changes nothing. Merging the
 // same levels twice is the same as merging them once.
 //
+// Levels are taken in the reported frame (ReportedShard): the table's own
+// unreported hits are compared as if not served, then spent again on the
+// level taken, since no level from elsewhere can hold them. A table with
+// nothing unreported (one read back from its state file on start) takes
+// the lower level as it is.
+//
 // A level is applied under the policy its key matches now, capped at that
 // policy's burst, as Reconfigure keeps tokens; keys under an allow or deny
 // policy, empty keys, keys longer than the table keeps and levels that are
@@ -129,11 +160,40 @@ func (s *shard) merge(now int64, h uint64, key []byte, tokens float64, age int64
 		ref = s.insert(now, h, pos, key, pi)
 	}
 	r := s.arena.rec(ref)
+	tat = p.plus(tat, r.unreported(), now)
 	if tat <= r.tat() {
 		return false
 	}
 	r.setTat(tat)
 	return true
+}
+
+// without is the theoretical arrival time tat less the periods of hits
+// served (the whole of them, so never later than the bucket without them
+// would be), seen at now.
+func (c *compiled) without(tat int64, hits uint32, now int64) int64 {
+	if tat <= now || hits == 0 {
+		return tat
+	}
+	hi, back := bits.Mul64(uint64(hits), uint64(c.perToken))
+	if hi != 0 || back >= uint64(tat-now) {
+		return now
+	}
+	return tat - int64(back)
+}
+
+// plus is tat with hits more spent on it at now, at most maxAhead past
+// now, as a peer's hits are.
+func (c *compiled) plus(tat int64, hits uint32, now int64) int64 {
+	if hits == 0 {
+		return tat
+	}
+	tat = max(tat, now)
+	hi, add := bits.Mul64(uint64(hits), uint64(c.perToken))
+	if hi != 0 || add > maxAhead || tat-now > maxAhead-int64(add) {
+		return now + maxAhead
+	}
+	return tat + int64(add)
 }
 
 // tatAfter is the theoretical arrival time of a bucket that held tokens

@@ -98,11 +98,15 @@ func TestMergeTakesTheLowerBucket(t *testing.T) {
 		tokens   float64
 		lowered  int
 	}{
-		{0, 0, "new", 1, 1},       // absent tag (a full bucket): takes the level
-		{0, 0, "new", 3, 0},       // a fuller report refunds nothing
-		{0, 0, "new", 1, 0},       // the same report twice is once
-		{0, 0, "spent", 2, 0},     // we have spent more than the report says
-		{0, 0, "spent", -2, 1},    // a peer's debt
+		{0, 0, "new", 1, 1}, // absent tag (a full bucket): takes the level
+		{0, 0, "new", 3, 0}, // a fuller report refunds nothing
+		{0, 0, "new", 1, 0}, // the same report twice is once
+		// "spent" holds 3 unreported hits, which no level from elsewhere
+		// holds: a level is compared with the bucket without them (full),
+		// then they are spent on it again.
+		{0, 0, "spent", 2, 1},     // 2 spent elsewhere, our 3 on top: -1
+		{0, 0, "spent", 1, 1},     // 3 spent elsewhere: -2
+		{0, 0, "spent", 1.5, 0},   // a fuller level than the last refunds nothing
 		{0, 0, "aged", 0, 1},      // as of now
 		{0, 3, "old", 0, 1},       // as of 3 s ago: refilled to 3
 		{0, 5, "older", 0, 0},     // as of 5 s ago: full again

@@ -2,7 +2,6 @@ package bucket
 
 import (
 	"hash/maphash"
-	"math/bits"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -125,14 +124,7 @@ func (s *shard) spend(now int64, h uint64, key []byte, hits uint32) {
 		ref = s.insert(now, h, pos, key, pi)
 	}
 	r := s.arena.rec(ref)
-	tat := max(r.tat(), now)
-	hi, add := bits.Mul64(uint64(hits), uint64(p.perToken))
-	if hi != 0 || add > maxAhead || tat-now > maxAhead-int64(add) {
-		tat = now + maxAhead
-	} else {
-		tat += int64(add)
-	}
-	r.setTat(tat)
+	r.setTat(p.plus(r.tat(), hits, now))
 }
 
 // reconfigure moves every entry to the policy it matches in set, keeping

@@ -43,11 +43,16 @@ type Config struct {
 	// (warm start): it appends to dst the levels at now of the tags of
 	// part part of the table whose buckets are below their burst, their
 	// keys to keys, and reports whether parts follow. Parts are numbered
-	// from 0.
+	// from 0. Levels are in the reported frame: without the hits Drain
+	// has yet to return, which the asker counts from the next report. The
+	// node moves the levels it holds unsent by what each Drain returns,
+	// so what it sends after a report holds that report's hits.
 	Export func(now time.Time, part int, dst []Level, keys []byte) ([]Level, []byte, bool)
 	// Merge, when set, lets the node warm start (Warm): it lowers the
 	// table's buckets to the levels a peer answered, as of now, and
-	// returns how many it lowered.
+	// returns how many it lowered. A level is in the reported frame: the
+	// table compares it with its buckets without the hits Drain has yet
+	// to return, and spends those on the level it takes.
 	Merge func(now time.Time, levels []Level) int
 	// SnapshotRate is how many snapshot datagrams a second the node sends
 	// over all the answers under way. Default DefaultSnapshotRate.
@@ -189,7 +194,12 @@ func (n *Node) Report(now time.Time) error {
 	defer n.reportMu.Unlock()
 	start := time.Now()
 	n.configure(&n.enc)
+	// Drained under the answers' lock, so that no level is exported
+	// between the drain and the answers taking its hits in.
+	n.snap.mu.Lock()
 	n.hits = n.cfg.Drain(n.hits[:0])
+	n.snap.reported(n.hits)
+	n.snap.mu.Unlock()
 	live := n.route(now)
 	var err error
 	if len(live) > 0 {

@@ -325,6 +325,33 @@ func (n *Node) sendNext(now time.Time, a *answer) (done bool) {
 	return done
 }
 
+// reported moves the levels the answers under way hold and have not sent
+// by the hits a report is about to send: each level was exported without
+// them as unreported hits, and reaches the asker after the report, which
+// the asker counts. Called with s.mu held.
+func (s *snapState) reported(hits []Hit) {
+	var spent map[string]uint32
+	for _, a := range s.answers {
+		if a.next == len(a.levels) {
+			continue
+		}
+		if spent == nil {
+			if len(hits) == 0 {
+				return
+			}
+			spent = make(map[string]uint32, len(hits))
+			for _, h := range hits {
+				spent[h.Key] += h.Count
+			}
+		}
+		for i := a.next; i < len(a.levels); i++ {
+			if c, ok := spent[string(a.levels[i].Key)]; ok {
+				a.levels[i].Tokens -= float64(c)
+			}
+		}
+	}
+}
+
 // WarmStats returns the node's warm start counters.
 func (n *Node) WarmStats() WarmStats {
 	n.snap.mu.Lock()

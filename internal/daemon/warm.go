@@ -12,14 +12,16 @@ import (
 // Every node answers its peers' requests; gossip.warm_start decides
 // whether this one asks on start.
 
-// warmExport hands the gossip node one shard of the table at a time.
+// warmExport hands the gossip node one shard of the table at a time, in
+// the reported frame: without this node's unreported hits, which the
+// asker counts from this node's next report.
 func warmExport(t *bucket.Table) func(now time.Time, part int, dst []gossip.Level, keys []byte) ([]gossip.Level, []byte, bool) {
 	var levels []bucket.Level // reused: the node calls one export at a time
 	return func(now time.Time, part int, dst []gossip.Level, keys []byte) ([]gossip.Level, []byte, bool) {
 		if part >= t.Shards() {
 			return dst, keys, false
 		}
-		levels, keys = t.ExportShard(now, part, levels[:0], keys)
+		levels, keys = t.ReportedShard(now, part, levels[:0], keys)
 		for _, l := range levels {
 			dst = append(dst, gossip.Level(l))
 		}
