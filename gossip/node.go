@@ -194,22 +194,24 @@ func (n *Node) Report(now time.Time) error {
 	defer n.reportMu.Unlock()
 	start := time.Now()
 	n.configure(&n.enc)
-	// Drained under the answers' lock, so that no level is exported
-	// between the drain and the answers taking its hits in.
+	// Under the answers' lock, so that no level is exported between the
+	// drain and the answers taking in what peers know from now on: the
+	// hits sent to every peer, and those a relay's aggregate carries
+	// back (hits sent to relays stay the node's own until then).
 	n.snap.mu.Lock()
 	n.hits = n.cfg.Drain(n.hits[:0])
-	n.snap.reported(n.hits)
-	n.snap.mu.Unlock()
 	live := n.route(now)
 	var err error
 	if len(live) > 0 {
 		err = n.sendToRelays(now, n.hits, live)
 	} else {
+		n.snap.sentToAll(n.hits)
 		err = n.broadcast(now, n.hits)
 	}
 	if ferr := n.forward(now); err == nil {
 		err = ferr
 	}
+	n.snap.mu.Unlock()
 	n.mu.Lock()
 	n.stats.LastReport = now
 	n.stats.LastReportDuration = time.Since(start)
@@ -371,7 +373,7 @@ func (n *Node) Receive(p Packet) {
 			append(attrs, "their_fingerprint", fmt.Sprintf("%016x", msg.Fingerprint), "ours", fmt.Sprintf("%016x", ours))...)
 	}
 	if msg.Type == MsgHits && len(msg.Hits) > 0 {
-		n.cfg.Apply(p.At, msg.Hits)
+		n.applyHits(msg.Node, p.At, msg.Hits)
 	}
 	if msg.Type == MsgAggregate {
 		n.receiveAggregate(msg, p)

@@ -86,6 +86,7 @@ type relayState struct {
 	final   bool                   // stopping: the last aggregate holds nothing back
 	foreign map[string]uint32      // other segments' hits for the next aggregate
 	own     *OwnHits
+	back    []Hit // forward's own hits come back, reused
 	stats   RelayNodeStats
 
 	encs    map[uint64]*Encoder // per relay, the stream of hits sent to it
@@ -333,9 +334,10 @@ func (n *Node) forward(now time.Time) error {
 		rs.stats.ForeignHits += uint64(c)
 	}
 	clear(rs.foreign)
-	rs.mine = rs.own.Others(rs.out, rs.mine[:0])
+	rs.mine, rs.back = rs.own.split(rs.out, rs.mine[:0], rs.back[:0])
 	link := rs.link
 	rs.mu.Unlock()
+	n.snap.reported(rs.back)
 
 	var errs []error
 	packets, bytes, err := sendRelay(&n.enc, now, MsgAggregate, rs.out, n.transport.Send)

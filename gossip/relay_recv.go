@@ -11,6 +11,11 @@ import "time"
 // it carries, and notes the relay as heard.
 func (n *Node) receiveAggregate(msg Message, p Packet) {
 	rs := &n.relay
+	// The answers' lock first, as an export takes it before rs.mu: no
+	// level is exported between the ledger's change and the answers
+	// taking in the hits come back.
+	n.snap.mu.Lock()
+	defer n.snap.mu.Unlock()
 	rs.mu.Lock()
 	r := rs.relays[msg.Node]
 	if r == nil {
@@ -28,8 +33,9 @@ func (n *Node) receiveAggregate(msg Message, p Packet) {
 	delete(rs.remote, msg.Node) // a relay of this segment, not of another
 	rs.stats.AggregatesReceived++
 	rs.stats.AggregateBytesReceived += uint64(len(p.Data))
-	mine := rs.own.Others(msg.Hits, nil)
+	mine, back := rs.own.split(msg.Hits, nil, nil)
 	rs.mu.Unlock()
+	n.snap.reported(back)
 	if len(mine) > 0 {
 		n.cfg.Apply(p.At, mine)
 	}

@@ -225,6 +225,13 @@ func (o *OwnHits) Sent(now time.Time, hits []Hit) {
 // Others appends to dst the hits of an aggregate less this node's own,
 // and takes those off the ledger. Entries left with no hits are dropped.
 func (o *OwnHits) Others(agg []Hit, dst []Hit) []Hit {
+	dst, _ = o.split(agg, dst, nil)
+	return dst
+}
+
+// split is Others that also appends to back the node's own hits the
+// aggregate carried: those its peers know of from now on.
+func (o *OwnHits) split(agg []Hit, others, back []Hit) ([]Hit, []Hit) {
 	for _, h := range agg {
 		c := h.Count
 		if e := o.m[h.Key]; e != nil {
@@ -233,12 +240,29 @@ func (o *OwnHits) Others(agg []Hit, dst []Hit) []Hit {
 			if e.count -= sub; e.count == 0 {
 				delete(o.m, h.Key)
 			}
+			if sub > 0 {
+				back = append(back, Hit{Key: h.Key, Count: sub})
+			}
 		}
 		if c > 0 {
-			dst = append(dst, Hit{Key: h.Key, Count: c})
+			others = append(others, Hit{Key: h.Key, Count: c})
 		}
 	}
-	return dst
+	return others, back
+}
+
+// pending moves each level by the node's own hits of its tag not yet
+// come back, by sign: +1 gives them back (a level for a peer, which knows
+// nothing of them), -1 spends them (a peer's level, merged here).
+func (o *OwnHits) pending(levels []Level, sign float64) {
+	if len(o.m) == 0 {
+		return
+	}
+	for i := range levels {
+		if e := o.m[string(levels[i].Key)]; e != nil {
+			levels[i].Tokens += sign * float64(e.count)
+		}
+	}
 }
 
 // Forget drops the entries last sent more than the forget time before

@@ -56,7 +56,15 @@ type answer struct {
 	levels []Level
 	keys   []byte
 	next   int // first level in hand not yet sent
+	// theirs are the asker's hits applied here since its request, which
+	// the answer leaves out: the asker counts them itself (snapState.since).
+	theirs map[string]uint32
 }
+
+// maxTheirs bounds an answer's record of the asker's hits: past it, a new
+// tag's hits stay in the levels sent and the asker counts them twice,
+// which refuses early, never late.
+const maxTheirs = 1 << 16
 
 // warmStream is what the asker knows of one peer's answer.
 type warmStream struct {
@@ -80,7 +88,11 @@ type snapState struct {
 	asked, lastAsk time.Time
 	heard          bool
 	from           map[uint64]*warmStream
-	stats          WarmStats
+	// since are the hits this node reported to every peer since its last
+	// request, while it warms: answers leave them out (answer.theirs),
+	// so a merge spends them again, as it does the unreported ones.
+	since map[string]uint32
+	stats WarmStats
 }
 
 // kickLoop wakes the running loop to pace.
@@ -113,20 +125,73 @@ func (n *Node) Warm(now time.Time) error {
 	return n.ask(now)
 }
 
-// ask sends a snapshot request to every peer.
+// ask sends a snapshot request to every peer. The request is the cut
+// between what the answers hold and what this node counts itself: a peer
+// leaves out of its answer this node's hits that reach it after the
+// request, so the record of the hits reported since starts afresh.
 func (n *Node) ask(now time.Time) error {
 	n.reportMu.Lock()
+	defer n.reportMu.Unlock()
 	n.configure(&n.enc)
 	err := n.enc.EncodeRequest(now, n.transport.Send)
-	n.reportMu.Unlock()
 	s := &n.snap
 	s.mu.Lock()
 	s.lastAsk = now
 	if err == nil {
 		s.stats.RequestsSent++
+		s.since = nil
 	}
 	s.mu.Unlock()
 	return err
+}
+
+// sentToAll notes hits a report sends to every peer: peers know them
+// from now on. Answers under way take them into the levels they hold
+// unsent; while warming, they are recorded as reported since the request.
+// Called with s.mu held.
+func (s *snapState) sentToAll(hits []Hit) {
+	s.reported(hits)
+	if !s.stats.Warming || len(hits) == 0 {
+		return
+	}
+	if s.since == nil {
+		s.since = make(map[string]uint32, len(hits))
+	}
+	for _, h := range hits {
+		if _, ok := s.since[h.Key]; ok || len(s.since) < maxTheirs {
+			s.since[h.Key] += h.Count
+		}
+	}
+}
+
+// applyHits applies a peer's reported hits, and records them in the
+// answer under way to that peer, if any, which leaves them out.
+func (n *Node) applyHits(from uint64, at time.Time, hits []Hit) {
+	s := &n.snap
+	s.mu.Lock()
+	var a *answer
+	for _, x := range s.answers {
+		if x.to == from {
+			a = x
+		}
+	}
+	if a == nil {
+		s.mu.Unlock()
+		n.cfg.Apply(at, hits)
+		return
+	}
+	if a.theirs == nil {
+		a.theirs = make(map[string]uint32)
+	}
+	for _, h := range hits {
+		if _, ok := a.theirs[h.Key]; ok || len(a.theirs) < maxTheirs {
+			a.theirs[h.Key] += h.Count
+		}
+	}
+	// Applied under the lock: no level is exported between the table
+	// taking the hits and the answer's record of them.
+	n.cfg.Apply(at, hits)
+	s.mu.Unlock()
 }
 
 // receiveRequest starts an answer to a snapshot request, unless its node
@@ -204,6 +269,12 @@ func (n *Node) receiveSnapshot(msg Message, p Packet) {
 	s.stats.AnswerBytesRecv += uint64(len(p.Data))
 	s.stats.TagsReceived += uint64(len(msg.Snapshot.Levels))
 	if len(msg.Snapshot.Levels) > 0 {
+		// The hits this node sent to relays and has not seen come back
+		// are its own still: no peer's level holds them.
+		n.relay.mu.Lock()
+		n.relay.own.pending(msg.Snapshot.Levels, -1)
+		n.relay.mu.Unlock()
+		spend(msg.Snapshot.Levels, s.since, -1)
 		s.stats.TagsAdopted += uint64(n.cfg.Merge(p.At, msg.Snapshot.Levels))
 	}
 	if msg.Snapshot.Last {
@@ -235,6 +306,7 @@ func (n *Node) checkWarm(now time.Time) {
 		return
 	}
 	s.stats.Warming, s.stats.Warm, s.stats.WarmDuration = false, true, since
+	s.since = nil
 	n.log.Info("warm start: done", "peers_answered", s.stats.PeersAnswered, "tags", s.stats.TagsReceived,
 		"adopted", s.stats.TagsAdopted, "took", since)
 }
@@ -296,6 +368,12 @@ func (n *Node) sendNext(now time.Time, a *answer) (done bool) {
 		a.part++
 		a.levels, a.keys, a.more = n.cfg.Export(now, part, a.levels[:0], a.keys[:0])
 		a.next = 0
+		// The hits this node sent to relays and has not seen come back
+		// are unreported still to the asker.
+		n.relay.mu.Lock()
+		n.relay.own.pending(a.levels, +1)
+		n.relay.mu.Unlock()
+		spend(a.levels, a.theirs, +1)
 	}
 	s.enc.Node = n.id
 	n.configure(&s.enc)
@@ -344,10 +422,18 @@ func (s *snapState) reported(hits []Hit) {
 				spent[h.Key] += h.Count
 			}
 		}
-		for i := a.next; i < len(a.levels); i++ {
-			if c, ok := spent[string(a.levels[i].Key)]; ok {
-				a.levels[i].Tokens -= float64(c)
-			}
+		spend(a.levels[a.next:], spent, -1)
+	}
+}
+
+// spend moves each level by the hits of its tag in hits, by sign.
+func spend(levels []Level, hits map[string]uint32, sign float64) {
+	if len(hits) == 0 {
+		return
+	}
+	for i := range levels {
+		if c, ok := hits[string(levels[i].Key)]; ok {
+			levels[i].Tokens += sign * float64(c)
 		}
 	}
 }

@@ -42,13 +42,14 @@ type onceCluster struct {
 	maxTags  int
 	rate     float64 // snapshot datagrams a second
 	nodes    []*onceNode
+	relay    map[string]RelayMode // by node name; RelayOff when absent
 	served   map[string]int       // hits served cluster-wide, by tag
 	first    map[string]time.Time // each tag's first hit
 }
 
 func newOnceCluster(t *testing.T, pol bucket.Policy, interval time.Duration) *onceCluster {
 	c := &onceCluster{t: t, now: simT0, interval: interval, pol: pol, maxTags: 1000, rate: DefaultSnapshotRate,
-		served: map[string]int{}, first: map[string]time.Time{}}
+		relay: map[string]RelayMode{}, served: map[string]int{}, first: map[string]time.Time{}}
 	c.net = NewMemNetwork(MemConfig{Delay: time.Millisecond, Seed: 1}, func() time.Time { return c.now })
 	return c
 }
@@ -97,6 +98,7 @@ func (c *onceCluster) start(name string, warm bool, file []bucket.Level) *onceNo
 			}
 			return tb.Merge(now, 0, ls)
 		},
+		Relay:  RelayConfig{Mode: c.relay[name], MaxAge: 10 * c.interval},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, on.tr)
 	if err != nil {
@@ -213,6 +215,14 @@ func (c *onceCluster) level(n *onceNode, tag string) float64 {
 // refill of a few deliveries.
 func (c *onceCluster) exact(what string, tags ...string) {
 	c.t.Helper()
+	c.within(what, 0.05, tags...)
+}
+
+// within is exact to within tol tokens: a level merged as of its arrival
+// has not refilled while it waited to be sent, which a long answer paced
+// over seconds shows.
+func (c *onceCluster) within(what string, tol float64, tags ...string) {
+	c.t.Helper()
 	for _, tag := range tags {
 		want := float64(c.pol.Burst) - float64(c.served[tag]) + c.pol.Rate*c.now.Sub(c.first[tag]).Seconds()
 		if want >= float64(c.pol.Burst) {
@@ -220,7 +230,7 @@ func (c *onceCluster) exact(what string, tags ...string) {
 		}
 		for _, n := range c.nodes {
 			got := c.level(n, tag)
-			if d := got - want; math.Abs(d) > 0.05 {
+			if d := got - want; math.Abs(d) > tol {
 				c.t.Errorf("%s: %s on %s: %.3f tokens, want %.3f: %+.2f hits %s", what, tag, n.name, got, want,
 					-d, map[bool]string{true: "counted twice", false: "missed"}[d < 0])
 			}
@@ -315,4 +325,185 @@ func TestSpecTimelineWarmStart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// onceTags are the tags the scenarios spend.
+var onceTags = []string{"t1", "t2", "t3", "t4"}
+
+// spendAll serves hits of every onceTag on n.
+func (c *onceCluster) spendAll(n *onceNode, hits int) {
+	for _, tag := range onceTags {
+		if got := c.query(n, tag, hits); got != hits {
+			c.t.Fatalf("%s served %d of %d of %s", n.name, got, hits, tag)
+		}
+	}
+}
+
+// TestWarmStartCountsOnce restarts a node of a cluster in each of the
+// ways a warm start meets hits already counted elsewhere, and checks that
+// every node, the restarted one first, then counts each hit exactly once.
+func TestWarmStartCountsOnce(t *testing.T) {
+	ms := time.Millisecond
+	// setup starts a, b and c (all warm starting, c last), has them
+	// spend at one instant, and runs past the first reports.
+	setup := func(c *onceCluster) (a, b, cn *onceNode) {
+		a = c.start("a", true, nil)
+		b = c.start("b", true, nil)
+		c.runTo(100 * ms)
+		cn = c.start("c", true, nil)
+		c.runTo(500 * ms)
+		c.spendAll(a, 4)
+		c.spendAll(b, 3)
+		c.spendAll(cn, 1)
+		c.runTo(1500 * ms)
+		return a, b, cn
+	}
+	for _, tc := range []struct {
+		name string
+		run  func(c *onceCluster)
+	}{
+		{"restarted empty, two peers answering", func(c *onceCluster) {
+			_, _, cn := setup(c)
+			c.stop(cn)
+			c.start("c", true, nil)
+		}},
+		{"served and heard hits before the answer", func(c *onceCluster) {
+			a, _, cn := setup(c)
+			c.stop(cn)
+			cn = c.start("c", true, nil)
+			// Before its request reaches anyone: c serves, and a serves
+			// and reports, so that c hears a's report before any answer.
+			c.spendAll(cn, 2)
+			c.spendAll(a, 1)
+			c.report(a)
+		}},
+		{"the answerer's unreported hits, reported after it answered", func(c *onceCluster) {
+			_, b, cn := setup(c)
+			c.runTo(1800 * ms)
+			c.spendAll(b, 2) // b reports them at 2 s
+			c.stop(cn)
+			c.start("c", true, nil)
+		}},
+		{"the answer crossing the asker's report", func(c *onceCluster) {
+			_, _, cn := setup(c)
+			c.stop(cn)
+			cn = c.start("c", true, nil)
+			c.spendAll(cn, 1)
+			c.step() // the request arrives and is answered
+			c.report(cn)
+		}},
+		{"the node that started first", func(c *onceCluster) {
+			a := c.start("a", true, nil)
+			c.runTo(300 * ms)
+			b := c.start("b", true, nil)
+			c.runTo(500 * ms)
+			c.spendAll(a, 3)
+			c.spendAll(b, 2)
+			c.runTo(1050 * ms) // a's report at 1 s: a still warms, and asks again; b answers
+			c.spendAll(a, 1)
+			c.start("c", true, nil)
+		}},
+		{"a state file and the peers", func(c *onceCluster) {
+			_, _, cn := setup(c)
+			c.spendAll(cn, 2) // unreported at the stop: the last report carries them
+			file := c.stop(cn)
+			c.start("c", true, file)
+		}},
+		{"a state file without the last report", func(c *onceCluster) {
+			_, _, cn := setup(c)
+			c.spendAll(cn, 2)
+			c.report(cn)
+			c.runTo(1600 * ms)
+			file := c.stop(cn)
+			c.start("c", true, file)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newOnceCluster(t, bucket.Policy{Rate: 0.5, Burst: 20}, time.Second)
+			tc.run(c)
+			c.runTo(c.now.Sub(simT0) + 2500*ms) // every report in, warm starts done
+			for _, n := range c.nodes {
+				if ws := n.node.WarmStats(); !ws.Warm {
+					t.Errorf("%s: not warm: %+v", n.name, ws)
+				}
+			}
+			c.exact("after the restart", onceTags...)
+		})
+	}
+}
+
+// TestWarmStartCountsOnceThroughRelays is TestWarmStartCountsOnce with
+// relays: a node's hits reach its peers only in a relay's aggregate, so
+// until it comes back a node's own hits are as unreported to an asker. A
+// relay restarts; a node restarts while another's hits sit at a relay.
+func TestWarmStartCountsOnceThroughRelays(t *testing.T) {
+	ms := time.Millisecond
+	for _, restart := range []string{"r1", "n2"} {
+		t.Run("restart "+restart, func(t *testing.T) {
+			c := newOnceCluster(t, bucket.Policy{Rate: 0.5, Burst: 20}, time.Second)
+			c.relay = map[string]RelayMode{"r1": RelayServe, "r2": RelayServe, "n1": RelayUse, "n2": RelayUse}
+			nodes := map[string]*onceNode{}
+			for i, name := range []string{"r1", "r2", "n1", "n2"} {
+				nodes[name] = c.start(name, true, nil)
+				c.runTo(time.Duration(i+1) * 130 * ms)
+			}
+			c.runTo(2600 * ms) // the relays are heard
+			for _, n := range nodes {
+				c.spendAll(n, 2)
+			}
+			c.runTo(3900 * ms)
+			c.spendAll(nodes["n1"], 1)
+			c.spendAll(nodes["r1"], 1)
+			// Right after n1's and r1's reports, before the relays pass
+			// their sums on: their hits are at a relay.
+			c.runTo(4030 * ms)
+			c.stop(nodes[restart])
+			c.start(restart, true, nil)
+			c.runTo(7 * time.Second)
+			for _, n := range c.nodes {
+				if ws := n.node.WarmStats(); !ws.Warm || ws.PeersAnswered == 0 {
+					t.Errorf("%s: %+v", n.name, ws)
+				}
+			}
+			c.exact("after the restart", onceTags...)
+		})
+	}
+}
+
+// TestWarmStartAnswerSpansAReport has the answer of a large table, paced
+// over more than an interval, cross the answerer's report: the levels it
+// sent before, those it held exported when it reported, and those it
+// exported after, each count the answerer's hits once.
+func TestWarmStartAnswerSpansAReport(t *testing.T) {
+	ms := time.Millisecond
+	c := newOnceCluster(t, bucket.Policy{Rate: 0.5, Burst: 20}, time.Second)
+	c.maxTags, c.rate = 8192, 40 // 8 parts, about 1.4 s of answer
+	a := c.start("a", true, nil)
+	b := c.start("b", true, nil)
+	c.runTo(300 * ms)
+	var tags []string
+	for i := range 1600 {
+		tags = append(tags, fmt.Sprintf("203.0.113.%d:%d", i%250, i))
+	}
+	for _, tag := range tags {
+		c.query(a, tag, 3)
+		c.query(b, tag, 1)
+	}
+	c.runTo(1500 * ms)
+	for _, tag := range tags {
+		c.query(b, tag, 2) // b reports them at 2 s, amid its answer
+	}
+	cn := c.start("c", true, nil)
+	c.runTo(2500 * ms)
+	if ws := b.node.WarmStats(); ws.AnswersSent < 20 {
+		t.Fatalf("b's answer took %d datagrams: too few to span its report", ws.AnswersSent)
+	}
+	c.runTo(5 * time.Second)
+	if ws := cn.node.WarmStats(); !ws.Warm || ws.PeersAnswered != 2 {
+		t.Fatalf("c: %+v", ws)
+	}
+	// Levels wait in hand up to a part's pacing, some 0.2 s here, and
+	// have not refilled the 0.1 token of that wait; a hit counted twice
+	// or missed is a whole token.
+	c.within("after the answer", 0.15, tags...)
 }
