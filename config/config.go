@@ -31,6 +31,10 @@ const (
 //
 // The zero Config is not valid (it has no listener and no rate): start from
 // [Default]. A Config is plain data, safe for concurrent reads.
+//
+// A reload applies every key live except those whose field has a reload
+// tag, such as `reload:"restart"`: [RestartKeys] names them when they
+// change.
 type Config struct {
 	Listen Listen   `toml:"listen"` // where local clients ask
 	Limit  Limit    `toml:"limit"`  // the default policy for every tag
@@ -53,12 +57,12 @@ type State struct {
 // Listen says where the query protocol is served. At least one of Unix and
 // TCP must be set. The zero Listen serves nothing and is not valid.
 type Listen struct {
-	Unix        string `toml:"unix"`          // Unix socket path; "" disables
-	UnixMode    string `toml:"unix_mode"`     // octal permissions of the socket, e.g. "0660"
-	UnixGroup   string `toml:"unix_group"`    // group to own the socket; "" keeps the daemon's
-	TCP         string `toml:"tcp"`           // TCP "host:port"; "" disables
-	MaxConns    int    `toml:"max_conns"`     // most client connections open at once
-	MaxTagBytes int    `toml:"max_tag_bytes"` // longer tags are keyed by a digest
+	Unix        string `toml:"unix" reload:"restart"`       // Unix socket path; "" disables
+	UnixMode    string `toml:"unix_mode" reload:"restart"`  // octal permissions of the socket, e.g. "0660"
+	UnixGroup   string `toml:"unix_group" reload:"restart"` // group to own the socket; "" keeps the daemon's
+	TCP         string `toml:"tcp" reload:"restart"`        // TCP "host:port"; "" disables
+	MaxConns    int    `toml:"max_conns" reload:"restart"`  // most client connections open at once
+	MaxTagBytes int    `toml:"max_tag_bytes"`               // longer tags are keyed by a digest
 }
 
 // Limit is the default policy, applied to every tag that no [Policy] prefix
@@ -87,32 +91,32 @@ type Policy struct {
 // to the multicast Group and to each unicast peer in Peers; with neither set
 // the node sends nothing. The zero Gossip is not valid (Interval is 0).
 type Gossip struct {
-	Interval   Duration `toml:"interval"`    // how often hits are reported
-	Group      string   `toml:"group"`       // multicast "group:port"; "" disables
-	Interface  string   `toml:"interface"`   // interface for multicast; "" lets the kernel choose
-	TTL        int      `toml:"ttl"`         // multicast hop limit; 1 stays on the local network
-	Peers      []string `toml:"peers"`       // unicast peers, "host:port"; nil means none
-	Bind       string   `toml:"bind"`        // "host:port" where unicast reports arrive
-	SecretFile string   `toml:"secret_file"` // file holding the HMAC key; "" sends unsigned
-	MaxPacket  int      `toml:"max_packet"`  // largest datagram sent, bytes
-	WarmStart  bool     `toml:"warm_start"`  // on start, ask the peers for their table
-	MaxPeers   int      `toml:"max_peers"`   // unicast peers learned at most; 0 learns none
+	Interval   Duration `toml:"interval"`                      // how often hits are reported
+	Group      string   `toml:"group" reload:"restart"`        // multicast "group:port"; "" disables
+	Interface  string   `toml:"interface" reload:"restart"`    // interface for multicast; "" lets the kernel choose
+	TTL        int      `toml:"ttl" reload:"restart"`          // multicast hop limit; 1 stays on the local network
+	Peers      []string `toml:"peers" reload:"restart-on-off"` // unicast peers, "host:port"; nil means none
+	Bind       string   `toml:"bind" reload:"restart"`         // "host:port" where unicast reports arrive
+	SecretFile string   `toml:"secret_file"`                   // file holding the HMAC key; "" sends unsigned
+	MaxPacket  int      `toml:"max_packet"`                    // largest datagram sent, bytes
+	WarmStart  bool     `toml:"warm_start" reload:"restart"`   // on start, ask the peers for their table
+	MaxPeers   int      `toml:"max_peers"`                     // unicast peers learned at most; 0 learns none
 }
 
 // Admin configures the HTTP admin endpoint (/metrics, /healthz, /v1/...).
 // The zero Admin disables it.
 type Admin struct {
-	HTTP  string `toml:"http"`  // "host:port"; "" disables
-	Pprof bool   `toml:"pprof"` // also serve Go's profiler at /debug/pprof/
+	HTTP  string `toml:"http" reload:"restart"`  // "host:port"; "" disables
+	Pprof bool   `toml:"pprof" reload:"restart"` // also serve Go's profiler at /debug/pprof/
 }
 
 // HTTP configures the HTTP decision endpoint (GET /v1/allow?tag=), a
 // listener of its own for proxies' subrequests, never the admin endpoint.
 // The zero HTTP is not valid (MaxConns is 0): start from [Default].
 type HTTP struct {
-	Listen       string `toml:"listen"`        // "host:port" or "unix:/path"; "" disables
-	MaxConns     int    `toml:"max_conns"`     // most connections open at once; more get 503
-	RefuseStatus int    `toml:"refuse_status"` // the status of a refusal: 403 or 429
+	Listen       string `toml:"listen" reload:"restart"`    // "host:port" or "unix:/path"; "" disables
+	MaxConns     int    `toml:"max_conns" reload:"restart"` // most connections open at once; more get 503
+	RefuseStatus int    `toml:"refuse_status"`              // the status of a refusal: 403 or 429
 }
 
 // HTTPUnixPrefix marks an HTTP.Listen that is a Unix socket path.
@@ -121,8 +125,8 @@ const HTTPUnixPrefix = "unix:"
 // Log says how the daemon logs: to stderr, where journald adds the
 // timestamps. The zero Log is not valid: start from [Default].
 type Log struct {
-	Format string `toml:"format"` // "text" or "json"
-	Level  string `toml:"level"`  // "debug", "info", "warn" or "error"
+	Format string `toml:"format" reload:"restart"` // "text" or "json"
+	Level  string `toml:"level"`                   // "debug", "info", "warn" or "error"
 }
 
 // SlogLevel is Level as slog's; a level Validate would reject is Info.

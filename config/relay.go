@@ -12,10 +12,10 @@ import (
 // relays of other segments. The zero Relay is not valid (Mode is ""):
 // start from [Default], whose "off" is the protocol without relays.
 type Relay struct {
-	Mode  string   `toml:"mode"`  // RelayOff, RelayUse or RelayServe
-	Hold  float64  `toml:"hold"`  // a relay holds a tag's sum until this share of its burst
-	Peers []string `toml:"peers"` // relays of other segments, "host:port" (mode "serve")
-	Bind  string   `toml:"bind"`  // "host:port" where other segments' relays reach this one
+	Mode  string   `toml:"mode" reload:"restart-serve"`   // RelayOff, RelayUse or RelayServe
+	Hold  float64  `toml:"hold"`                          // a relay holds a tag's sum until this share of its burst
+	Peers []string `toml:"peers"`                         // relays of other segments, "host:port" (mode "serve")
+	Bind  string   `toml:"bind" reload:"restart-serving"` // "host:port" where other segments' relays reach this one
 }
 
 // The relay modes.

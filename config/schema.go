@@ -42,13 +42,16 @@ var what = [...]string{
 
 // schemaKey is one key Config accepts.
 type schemaKey struct {
-	path []string // e.g. ["limit", "rate"]
-	name string   // the same, dotted: "limit.rate"
-	kind kind
+	path    []string // e.g. ["limit", "rate"]
+	name    string   // the same, dotted: "limit.rate"
+	kind    kind
+	index   []int  // the field from Config, or from an element of inArray's array (reflect's FieldByIndex)
+	inArray bool   // the key is in an array of tables: "policy.rate"
+	reload  string // the field's reload tag: "" changes on reload, else a key of restartRules
 }
 
 var (
-	schema = buildSchema(reflect.TypeFor[Config](), nil) // in struct order
+	schema = buildSchema(reflect.TypeFor[Config](), nil, nil, false) // in struct order
 	known  = func() map[string]bool {
 		m := make(map[string]bool, len(schema))
 		for _, k := range schema {
@@ -58,17 +61,24 @@ var (
 	}()
 )
 
-func buildSchema(t reflect.Type, parent []string) []schemaKey {
+// buildSchema lists the keys of struct type t, a table at parent whose
+// field index is index. It panics on a reload tag it cannot honour: on a
+// table, on a key in an array of tables, or naming no rule.
+func buildSchema(t reflect.Type, parent []string, index []int, inArray bool) []schemaKey {
 	var out []schemaKey
 	for f := range t.Fields() {
 		path := append(parent[:len(parent):len(parent)], f.Tag.Get("toml"))
-		k := kindOf(f.Type)
-		out = append(out, schemaKey{path, strings.Join(path, "."), k})
-		switch k {
+		k := schemaKey{path: path, name: strings.Join(path, "."), kind: kindOf(f.Type),
+			index: append(index[:len(index):len(index)], f.Index...), inArray: inArray, reload: f.Tag.Get("reload")}
+		if _, ok := restartRules[k.reload]; k.reload != "" && (!ok || inArray || k.kind == kindTable || k.kind == kindTables) {
+			panic(fmt.Sprintf("config: %s: reload tag %q: want one of restartRules, on a key outside arrays of tables", k.name, k.reload))
+		}
+		out = append(out, k)
+		switch k.kind {
 		case kindTable:
-			out = append(out, buildSchema(f.Type, path)...)
+			out = append(out, buildSchema(f.Type, path, k.index, inArray)...)
 		case kindTables:
-			out = append(out, buildSchema(f.Type.Elem(), path)...)
+			out = append(out, buildSchema(f.Type.Elem(), path, nil, true)...)
 		}
 	}
 	return out

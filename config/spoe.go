@@ -10,8 +10,8 @@ import (
 // spoe" connects to. The zero SPOE is not valid (MaxConns is 0): start
 // from [Default].
 type SPOE struct {
-	Listen   string `toml:"listen"`    // "host:port" or "unix:/path"; "" disables
-	MaxConns int    `toml:"max_conns"` // most connections open at once; more are refused
+	Listen   string `toml:"listen" reload:"restart"`    // "host:port" or "unix:/path"; "" disables
+	MaxConns int    `toml:"max_conns" reload:"restart"` // most connections open at once; more are refused
 }
 
 // Allowed values of the [spoe] section. dthrottle.toml documents each one

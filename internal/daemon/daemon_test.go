@@ -242,6 +242,8 @@ func TestNeedsRestart(t *testing.T) {
 		{func(c *config.Config) { c.Listen.Unix = "/x" }, []string{"listen.unix"}},
 		{func(c *config.Config) { c.Log.Format = "json"; c.Log.Level = "debug" }, []string{"log.format"}},
 		{func(c *config.Config) { c.Gossip.Group = "239.1.1.1:1"; c.Gossip.TTL = 3 }, []string{"gossip.group", "gossip.ttl"}},
+		{func(c *config.Config) { c.SPOE.Listen = "127.0.0.1:1"; c.SPOE.MaxConns = 5 }, []string{"spoe.listen", "spoe.max_conns"}},
+		{func(c *config.Config) { c.Gossip.WarmStart = false; c.Gossip.MaxPeers = 3 }, []string{"gossip.warm_start"}},
 	} {
 		next := config.Default()
 		tc.change(&next)

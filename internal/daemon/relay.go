@@ -85,23 +85,13 @@ func (r *relayRun) openLink(cfg config.Relay, log *slog.Logger) error {
 }
 
 // reloadRelay applies a reload's relay settings: mode and hold-back, and
-// on a relay that started as one, the other segments' relays.
+// on a relay that started as one, the other segments' relays. Becoming or
+// ceasing to be a relay, and a relay's bind, need a restart (their reload
+// tags in package config).
 func (r *relayRun) reloadRelay(node *gossip.Node, cur, next config.Config, table *bucket.Table) error {
 	node.SetRelay(r.relayConfig(next, table))
 	if r.link != nil && !slices.Equal(cur.Relay.Peers, next.Relay.Peers) {
 		return r.link.SetPeers(next.Relay.Peers)
 	}
 	return nil
-}
-
-// relayNeedsRestart names the relay settings a reload cannot change.
-func relayNeedsRestart(cur, next config.Relay) []string {
-	var keys []string
-	if (cur.Mode == config.RelayServe) != (next.Mode == config.RelayServe) {
-		keys = append(keys, "relay.mode (serve: the link to other segments opens at start)")
-	}
-	if cur.Mode == config.RelayServe && cur.Bind != next.Bind {
-		keys = append(keys, "relay.bind")
-	}
-	return keys
 }

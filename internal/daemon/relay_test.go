@@ -119,26 +119,35 @@ func TestRelayHoldFromPolicies(t *testing.T) {
 	}
 }
 
+// TestRelayNeedsRestart: relaying changes live, except becoming or
+// ceasing to be a relay, and a relay's bind.
 func TestRelayNeedsRestart(t *testing.T) {
-	off := config.Default().Relay
-	serve := off
-	serve.Mode = config.RelayServe
-	moved := serve
-	moved.Bind = ":9999"
-	use := off
-	use.Mode, use.Hold, use.Peers = config.RelayUse, 0.1, nil
+	const serving = "relay.mode (serve: the link to other segments opens at start)"
+	relay := func(mode, bind string, hold float64, peers ...string) config.Config {
+		c := config.Default()
+		c.Gossip.Group = "239.1.1.1:7777"
+		c.Relay.Mode, c.Relay.Bind, c.Relay.Hold, c.Relay.Peers = mode, bind, hold, peers
+		return c
+	}
+	off := relay(config.RelayOff, ":7778", 0.5)
+	use := relay(config.RelayUse, ":7778", 0.1)
+	serve := relay(config.RelayServe, ":7778", 0.5, "10.0.0.2:7778")
 	for _, tc := range []struct {
-		cur, next config.Relay
-		want      int
+		cur, next config.Config
+		want      []string
 	}{
-		{off, use, 0},
-		{off, serve, 1},
-		{serve, off, 1},
-		{serve, moved, 1},
-		{off, func() config.Relay { r := off; r.Bind = ":1"; return r }(), 0},
+		{off, use, nil},
+		{use, off, nil},
+		{off, serve, []string{serving}},
+		{serve, off, []string{serving}},
+		{serve, use, []string{serving}},
+		{serve, relay(config.RelayServe, ":9999", 0.5, "10.0.0.2:7778"), []string{"relay.bind"}},
+		{serve, relay(config.RelayServe, ":7778", 0.2, "10.0.0.3:7778", "10.0.0.4:7778"), nil},
+		{off, relay(config.RelayOff, ":1", 0.5), nil},
+		{use, relay(config.RelayServe, ":1", 0.5), []string{serving}},
 	} {
-		if got := relayNeedsRestart(tc.cur, tc.next); len(got) != tc.want {
-			t.Errorf("%+v -> %+v: %v, want %d keys", tc.cur, tc.next, got, tc.want)
+		if got := needsRestart(tc.cur, tc.next); !slices.Equal(got, tc.want) {
+			t.Errorf("%+v -> %+v: %v, want %v", tc.cur.Relay, tc.next.Relay, got, tc.want)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"fmt"
-	"reflect"
 	"slices"
 
 	"github.com/dthrottle/dthrottle/config"
@@ -10,12 +9,13 @@ import (
 )
 
 // Reload rereads the config file and applies it without losing bucket
-// state: policies, rates, bursts, max_tags, max_tag_bytes, the gossip
-// interval, secret, max_packet and peers, relay.mode, relay.hold and
-// relay.peers, and the log level change live.
+// state: policies, rates, bursts, dry runs, max_tags, max_tag_bytes, the
+// gossip interval, secret, max_packet, max_peers and peers, relay.mode,
+// relay.hold and relay.peers, http.refuse_status, state.file (the file
+// saved to on stop) and the log level change live.
 // A file that fails validation changes nothing and is logged and counted.
-// Settings that need new sockets are logged as needing a restart and keep
-// their running value. The Notifier hears of the reload, and an Event
+// Settings read only at start (see needsRestart) are logged as needing a
+// restart and keep their running value. The Notifier hears of the reload, and an Event
 // reports its outcome.
 func (d *Daemon) Reload() error {
 	d.notify.Reloading()
@@ -95,29 +95,9 @@ func (d *Daemon) reload() ([]string, error) {
 }
 
 // needsRestart names the settings that differ between cur and next and
-// cannot change while running: the sockets, the log format, and turning
-// gossip transports on or off.
+// cannot change while running: the sockets and servers opened at start,
+// the log format, turning gossip transports on or off, and becoming a
+// relay. Each is declared by a reload tag on its field in package config.
 func needsRestart(cur, next config.Config) []string {
-	var keys []string
-	check := func(key string, a, b any) {
-		if !reflect.DeepEqual(a, b) {
-			keys = append(keys, key)
-		}
-	}
-	check("listen.unix", cur.Listen.Unix, next.Listen.Unix)
-	check("listen.unix_mode", cur.Listen.UnixMode, next.Listen.UnixMode)
-	check("listen.unix_group", cur.Listen.UnixGroup, next.Listen.UnixGroup)
-	check("listen.tcp", cur.Listen.TCP, next.Listen.TCP)
-	check("listen.max_conns", cur.Listen.MaxConns, next.Listen.MaxConns)
-	check("gossip.group", cur.Gossip.Group, next.Gossip.Group)
-	check("gossip.interface", cur.Gossip.Interface, next.Gossip.Interface)
-	check("gossip.ttl", cur.Gossip.TTL, next.Gossip.TTL)
-	check("gossip.bind", cur.Gossip.Bind, next.Gossip.Bind)
-	check("gossip.peers (on or off)", len(cur.Gossip.Peers) > 0, len(next.Gossip.Peers) > 0)
-	check("admin.http", cur.Admin.HTTP, next.Admin.HTTP)
-	check("admin.pprof", cur.Admin.Pprof, next.Admin.Pprof)
-	check("http.listen", cur.HTTP.Listen, next.HTTP.Listen)
-	check("http.max_conns", cur.HTTP.MaxConns, next.HTTP.MaxConns)
-	check("log.format", cur.Log.Format, next.Log.Format)
-	return append(keys, relayNeedsRestart(cur.Relay, next.Relay)...)
+	return config.RestartKeys(cur, next)
 }

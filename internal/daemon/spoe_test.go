@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,4 +86,27 @@ func TestSPOESharesTheTable(t *testing.T) {
 	if typ, _ := readSPOP(t, c); typ != 102 {
 		t.Errorf("on stop: frame type %d, want AGENT-DISCONNECT", typ)
 	}
+}
+
+// TestSPOENeedsRestart: a reload names spoe.listen and spoe.max_conns as
+// needing a restart, and the agent goes on serving on its socket.
+func TestSPOENeedsRestart(t *testing.T) {
+	const withSPOE = base + "[spoe]\nlisten = \"127.0.0.1:0\"\n"
+	r := start(t, withSPOE, nil)
+	addr := r.SPOEAddr().String()
+	writeConfig(t, filepath.Dir(r.path), r.sock, strings.Replace(withSPOE, `"127.0.0.1:0"`, `"127.0.0.1:1"`, 1)+"max_conns = 5\n")
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if ev := r.ev.wait(t, Reloaded, 0); !slices.Equal(ev.Keys, []string{"spoe.listen", "spoe.max_conns"}) {
+		t.Fatalf("needs a restart: %v, want [spoe.listen spoe.max_conns]", ev.Keys)
+	}
+	if got := r.SPOEAddr().String(); got != addr {
+		t.Fatalf("after the reload the agent is on %s, want %s", got, addr)
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("the agent stopped taking connections: %v", err)
+	}
+	c.Close()
 }
