@@ -243,3 +243,50 @@ func BenchmarkMerge(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N<<20), "ns/tag")
 }
+
+// reported returns the levels ReportedShard gives at sec as
+// "key=tokens,..." sorted by key.
+func reported(tb *Table, sec float64) string {
+	var parts []string
+	for i := range tb.Shards() {
+		ls, _ := tb.ReportedShard(at(sec), i, nil, nil)
+		for _, l := range ls {
+			parts = append(parts, fmt.Sprintf("%s=%.6g", l.Key, l.Tokens))
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+// TestReportedShardLeavesOutUnreportedHits: a level for a peer is the
+// bucket without the hits this table has yet to report; the state file's
+// level (ExportShard) keeps them.
+func TestReportedShardLeavesOutUnreportedHits(t *testing.T) {
+	tb := newTestTable(t, Policy{Rate: 1, Burst: 10}, 100)
+	runSteps(t, tb, []step{
+		{at: 0, op: "allow", tag: "own", want: true}, // unreported: a peer knows nothing of it
+		{at: 0, op: "allow", tag: "own", want: true},
+		{at: 0, op: "allow", tag: "told", want: true},
+		{at: 0, op: "allow", tag: "told", want: true},
+		{at: 0, op: "allow", tag: "told", want: true},
+		{at: 0, op: "drain", report: "own=2,told=3"},
+		{at: 1, op: "allow", tag: "own", want: true},
+		{at: 1, op: "allow", tag: "own", want: true},
+		{at: 1, op: "spend", tag: "peer", hits: 4}, // a peer's hits: known
+		{at: 1, op: "allow", tag: "peer", want: true},
+		{at: 1, op: "allow", tag: "fresh", want: true},
+	})
+	if got, want := exported(t, tb, 1), "fresh=9,own=7,peer=5,told=8"; got != want {
+		t.Errorf("ExportShard: %s, want %s", got, want)
+	}
+	// own: 2 reported at 0 (refilled by 1 since), 2 not; fresh: its only
+	// hit unreported, full without it.
+	if got, want := reported(tb, 1), "own=9,peer=6,told=8"; got != want {
+		t.Errorf("ReportedShard: %s, want %s", got, want)
+	}
+	// Once drained, the two are the same.
+	runSteps(t, tb, []step{{at: 1, op: "drain", report: "fresh=1,own=2,peer=1"}})
+	if got, want := reported(tb, 1), exported(t, tb, 1); got != want {
+		t.Errorf("after the report: ReportedShard %s, ExportShard %s", got, want)
+	}
+}
