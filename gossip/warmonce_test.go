@@ -507,3 +507,35 @@ func TestWarmStartAnswerSpansAReport(t *testing.T) {
 	// or missed is a whole token.
 	c.within("after the answer", 0.15, tags...)
 }
+
+// TestRelayAggregatesCountOnce holds the relays' path to the exact count
+// without a restart: each node applies a relay's aggregate less its own
+// hits it carries, and a relay applies its sums when it passes them on,
+// so after every aggregate each node counts every hit once, neither its
+// own twice nor another's not at all, however the hits fall between the
+// intervals of the nodes and the relays.
+func TestRelayAggregatesCountOnce(t *testing.T) {
+	ms := time.Millisecond
+	c := newOnceCluster(t, bucket.Policy{Rate: 0.5, Burst: 40}, time.Second)
+	c.relay = map[string]RelayMode{"r1": RelayServe, "r2": RelayServe, "n1": RelayUse, "n2": RelayUse, "n3": RelayUse}
+	var nodes []*onceNode
+	for i, name := range []string{"r1", "r2", "n1", "n2", "n3"} {
+		nodes = append(nodes, c.start(name, true, nil))
+		c.runTo(time.Duration(i+1) * 170 * ms)
+	}
+	c.runTo(2600 * ms) // the relays are heard
+	for _, n := range nodes {
+		c.spendAll(n, 1)
+	}
+	for round := range 6 {
+		// Hits at a different point of the intervals each round.
+		c.runTo(c.now.Sub(simT0) + time.Duration(130+97*round)*ms)
+		for i, n := range nodes {
+			if (i+round)%2 == 0 {
+				c.spendAll(n, 1+round%3)
+			}
+		}
+		c.runTo(c.now.Sub(simT0) + 2500*ms) // every hit at a relay and back
+		c.exact(fmt.Sprintf("round %d", round), onceTags...)
+	}
+}
