@@ -9,22 +9,45 @@ import (
 
 // This file owns the load the cluster tests hammer a tag with
 // (faults_test.go, segments_test.go, rolling_test.go): when each query was
-// served, and the counts over windows that the bounds are checked against.
+// asked and what came of it, when each was served, and the counts over
+// windows that the bounds are checked against.
 
 // load queries one tag on a cluster's hosts in turn, faultLoad a second,
-// one query in flight over a connection per daemon, and records when each
-// was served. A host that is down is skipped at its turn.
+// one query in flight over a connection per daemon, and records every
+// query it asks and when each was served. A host that is down is skipped
+// at its turn (no query is asked).
 type load struct {
 	start, end time.Time // end: the last reply
 	done       chan struct{}
 	// Written by the load's goroutine, read after done.
-	ok     map[*daemon][]time.Time // when each OK arrived, per daemon
-	failed int                     // queries to a running daemon that failed
+	ok      map[*daemon][]time.Time // when each OK arrived, per daemon
+	failed  int                     // queries to a running daemon that failed
+	queries []query                 // every query asked, in order: at most faultLoad a second
 }
+
+// query is one query the load asked: when, of which daemon, and what
+// came of it.
+type query struct {
+	at     time.Time // when it was asked, before dialling or writing
+	d      *daemon
+	answer answer
+}
+
+// answer is what came of a query.
+type answer uint8
+
+const (
+	answerNO answer = iota
+	answerOK
+	noAnswer // the dial, the write or the read failed
+)
 
 // startLoad hammers tag on hosts for dur.
 func startLoad(hosts []*host, tag string, dur time.Duration) *load {
 	l := &load{start: time.Now(), done: make(chan struct{}), ok: map[*daemon][]time.Time{}}
+	// The ticker asks at most faultLoad queries a second (it drops ticks
+	// when a query is slow), so the record stays about this size.
+	l.queries = make([]query, 0, int(dur.Seconds()*faultLoad)+1)
 	go func() {
 		defer close(l.done)
 		conns := map[*daemon]net.Conn{}
@@ -46,7 +69,11 @@ func startLoad(hosts []*host, tag string, dur time.Duration) *load {
 // query asks d for tag over its connection in conns, dialling one if
 // needed and dropping it on error.
 func (l *load) query(conns map[*daemon]net.Conn, d *daemon, tag string) {
-	defer func() { l.end = time.Now() }()
+	q := query{at: time.Now(), d: d, answer: noAnswer}
+	defer func() {
+		l.end = time.Now()
+		l.queries = append(l.queries, q)
+	}()
 	c := conns[d]
 	var err error
 	if c == nil {
@@ -67,7 +94,10 @@ func (l *load) query(conns map[*daemon]net.Conn, d *daemon, tag string) {
 		c.Close()
 		delete(conns, d)
 	case string(reply) == "OK\n":
+		q.answer = answerOK
 		l.ok[d] = append(l.ok[d], time.Now())
+	default:
+		q.answer = answerNO
 	}
 }
 
@@ -99,6 +129,17 @@ func (l *load) servedIn(from, to time.Time, ds ...*daemon) int {
 		}
 	}
 	return n
+}
+
+// firstAsked is when the load first asked any of ds (any daemon if none),
+// zero if it never did.
+func (l *load) firstAsked(ds ...*daemon) time.Time {
+	for _, q := range l.queries {
+		if len(ds) == 0 || slices.Contains(ds, q.d) {
+			return q.at
+		}
+	}
+	return time.Time{}
 }
 
 // served is how many queries ds (all daemons if none) served.
