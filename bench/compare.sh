@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/compare.sh: dthrottled side by side with the I/O ceiling (a bare Go
-# echo server) and Redis running a leaky-bucket Lua script, as README.md's
-# Performance section reports. It builds dthrottled and dthrottle-load, starts
+# echo server) and Redis running a leaky-bucket Lua script, as
+# docs/performance.md reports. It builds dthrottled and dthrottle-load, starts
 # dthrottled (gossip off, GODEBUG=gctrace=1) and redis-server
 # (--save '' --appendonly no) on temporary Unix sockets, runs
 # `dthrottle-load compare` (which starts the echo server itself), then

@@ -51,7 +51,7 @@ type Config struct {
 // State names the file the table is saved to on a clean stop and read back
 // from on start. The zero State keeps nothing across restarts.
 type State struct {
-	File string `toml:"file"` // path of the state file; "" disables
+	File string `toml:"file"` // the table is saved here on a clean stop and read back on start; "" disables
 }
 
 // Listen says where the query protocol is served. At least one of Unix and
@@ -59,8 +59,8 @@ type State struct {
 type Listen struct {
 	Unix        string `toml:"unix" reload:"restart"`       // Unix socket path; "" disables
 	UnixMode    string `toml:"unix_mode" reload:"restart"`  // octal permissions of the socket, e.g. "0660"
-	UnixGroup   string `toml:"unix_group" reload:"restart"` // group to own the socket; "" keeps the daemon's
-	TCP         string `toml:"tcp" reload:"restart"`        // TCP "host:port"; "" disables
+	UnixGroup   string `toml:"unix_group" reload:"restart"` // group to own the socket, e.g. "www-data" so Apache's children can connect; "" keeps the daemon's
+	TCP         string `toml:"tcp" reload:"restart"`        // TCP "host:port", e.g. "127.0.0.1:7070"; "" disables; a non-loopback address is warned about at start
 	MaxConns    int    `toml:"max_conns" reload:"restart"`  // most client connections open at once
 	MaxTagBytes int    `toml:"max_tag_bytes"`               // longer tags are keyed by a digest
 }
@@ -70,7 +70,7 @@ type Listen struct {
 type Limit struct {
 	Rate    float64 `toml:"rate"`     // tokens per second
 	Burst   int     `toml:"burst"`    // bucket capacity, tokens
-	MaxTags int     `toml:"max_tags"` // hard cap on tracked tags
+	MaxTags int     `toml:"max_tags"` // hard cap on tracked tags; past it, the entry closest to full is evicted first
 	DryRun  bool    `toml:"dry_run"`  // serve what the limit refuses, and count it
 }
 
@@ -79,11 +79,11 @@ type Limit struct {
 // and an empty Action means [ActionLimit]. Rate and Burst matter only for
 // ActionLimit.
 type Policy struct {
-	Name   string  `toml:"name"`    // label in logs and metrics; defaults to Prefix
+	Name   string  `toml:"name"`    // label in logs and metrics; "" means the prefix
 	Prefix string  `toml:"prefix"`  // tags starting with these bytes match
 	Rate   float64 `toml:"rate"`    // tokens per second (action "limit")
 	Burst  int     `toml:"burst"`   // bucket capacity, tokens (action "limit")
-	Action string  `toml:"action"`  // ActionLimit, ActionAllow or ActionDeny
+	Action string  `toml:"action"`  // "limit" (a bucket), "allow" (always OK) or "deny" (always NO), the last two keeping no state; "" means "limit"
 	DryRun bool    `toml:"dry_run"` // serve what the limit refuses, and count it (action "limit")
 }
 
@@ -92,21 +92,21 @@ type Policy struct {
 // the node sends nothing. The zero Gossip is not valid (Interval is 0).
 type Gossip struct {
 	Interval   Duration `toml:"interval"`                      // how often hits are reported
-	Group      string   `toml:"group" reload:"restart"`        // multicast "group:port"; "" disables
+	Group      string   `toml:"group" reload:"restart"`        // multicast "group:port", e.g. "239.255.77.77:7777"; "" disables
 	Interface  string   `toml:"interface" reload:"restart"`    // interface for multicast; "" lets the kernel choose
 	TTL        int      `toml:"ttl" reload:"restart"`          // multicast hop limit; 1 stays on the local network
-	Peers      []string `toml:"peers" reload:"restart-on-off"` // unicast peers, "host:port"; nil means none
-	Bind       string   `toml:"bind" reload:"restart"`         // "host:port" where unicast reports arrive
-	SecretFile string   `toml:"secret_file"`                   // file holding the HMAC key; "" sends unsigned
+	Peers      []string `toml:"peers" reload:"restart-on-off"` // unicast peers, "host:port"; a name is looked up again every 30 s
+	Bind       string   `toml:"bind" reload:"restart"`         // "host:port" where unicast reports arrive (with peers)
+	SecretFile string   `toml:"secret_file"`                   // file holding the HMAC-SHA256 key; "" sends and accepts unsigned reports
 	MaxPacket  int      `toml:"max_packet"`                    // largest datagram sent, bytes
-	WarmStart  bool     `toml:"warm_start" reload:"restart"`   // on start, ask the peers for their table
-	MaxPeers   int      `toml:"max_peers"`                     // unicast peers learned at most; 0 learns none
+	WarmStart  bool     `toml:"warm_start" reload:"restart"`   // on start, ask the peers for their table; answering peers is always on
+	MaxPeers   int      `toml:"max_peers"`                     // unicast peers learned at most; 0 learns none; learning needs secret_file
 }
 
 // Admin configures the HTTP admin endpoint (/metrics, /healthz, /v1/...).
 // The zero Admin disables it.
 type Admin struct {
-	HTTP  string `toml:"http" reload:"restart"`  // "host:port"; "" disables
+	HTTP  string `toml:"http" reload:"restart"`  // "host:port" of /metrics, /healthz and /v1/..., e.g. "127.0.0.1:7071"; "" disables
 	Pprof bool   `toml:"pprof" reload:"restart"` // also serve Go's profiler at /debug/pprof/
 }
 
@@ -114,7 +114,7 @@ type Admin struct {
 // listener of its own for proxies' subrequests, never the admin endpoint.
 // The zero HTTP is not valid (MaxConns is 0): start from [Default].
 type HTTP struct {
-	Listen       string `toml:"listen" reload:"restart"`    // "host:port" or "unix:/path"; "" disables
+	Listen       string `toml:"listen" reload:"restart"`    // "host:port" or "unix:/path", e.g. "127.0.0.1:7072"; "" disables
 	MaxConns     int    `toml:"max_conns" reload:"restart"` // most connections open at once; more get 503
 	RefuseStatus int    `toml:"refuse_status"`              // the status of a refusal: 403 or 429
 }
@@ -125,8 +125,8 @@ const HTTPUnixPrefix = "unix:"
 // Log says how the daemon logs: to stderr, where journald adds the
 // timestamps. The zero Log is not valid: start from [Default].
 type Log struct {
-	Format string `toml:"format" reload:"restart"` // "text" or "json"
-	Level  string `toml:"level"`                   // "debug", "info", "warn" or "error"
+	Format string `toml:"format" reload:"restart"` // "text" (key=value) or "json", to stderr
+	Level  string `toml:"level"`                   // the least severe level logged; never a line per query
 }
 
 // SlogLevel is Level as slog's; a level Validate would reject is Info.

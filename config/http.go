@@ -2,11 +2,12 @@ package config
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
-// Allowed values of the [http] section. dthrottle.toml documents each one
-// beside its key.
+// Allowed values of the [http] section, used by its rules in rules.go.
+// dthrottle.toml documents each one beside its key.
 const maxHTTPConns = 100000
 
 // validateHTTP checks the HTTP decision endpoint's keys.
@@ -31,13 +32,10 @@ func (c *Config) validateHTTP() *Error {
 			return bad(key("http", "listen"), quote(h.Listen), "must be another address than admin.http (the admin endpoint is never for request traffic)")
 		}
 	}
-	if e := intRange(key("http", "max_conns"), h.MaxConns, 1, maxHTTPConns); e != nil {
+	if e := intRange(key("http", "max_conns"), h.MaxConns); e != nil {
 		return e
 	}
-	if h.RefuseStatus != 403 && h.RefuseStatus != 429 {
-		return bad(key("http", "refuse_status"), fmt.Sprint(h.RefuseStatus), "must be 403 (for nginx auth_request) or 429")
-	}
-	return nil
+	return oneOf(key("http", "refuse_status"), strconv.Itoa(h.RefuseStatus), strconv.Itoa(h.RefuseStatus))
 }
 
 // Network splits HTTP.Listen into a network and an address for

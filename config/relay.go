@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"net"
-	"strconv"
 )
 
 // Relay configures relaying (docs/scaling.md): a node sends its hits to
@@ -12,9 +11,9 @@ import (
 // relays of other segments. The zero Relay is not valid (Mode is ""):
 // start from [Default], whose "off" is the protocol without relays.
 type Relay struct {
-	Mode  string   `toml:"mode" reload:"restart-serve"`   // RelayOff, RelayUse or RelayServe
+	Mode  string   `toml:"mode" reload:"restart-serve"`   // "off": report to every peer; "use": through the segment's relays; "serve": be one of them
 	Hold  float64  `toml:"hold"`                          // a relay holds a tag's sum until this share of its burst
-	Peers []string `toml:"peers"`                         // relays of other segments, "host:port" (mode "serve")
+	Peers []string `toml:"peers"`                         // relays of other segments, "host:port" (their relay.bind); mode "serve" only
 	Bind  string   `toml:"bind" reload:"restart-serving"` // "host:port" where other segments' relays reach this one
 }
 
@@ -28,16 +27,14 @@ const (
 // validateRelay checks the [relay] section.
 func (c *Config) validateRelay() *Error {
 	r := &c.Relay
-	switch r.Mode {
-	case RelayOff, RelayUse, RelayServe:
-	default:
-		return bad(key("relay", "mode"), quote(r.Mode), `must be "off", "use" or "serve"`)
+	if e := oneOf(key("relay", "mode"), r.Mode, quote(r.Mode)); e != nil {
+		return e
 	}
 	if r.Mode != RelayOff && c.Gossip.Group == "" && len(c.Gossip.Peers) == 0 {
 		return bad(key("relay", "mode"), quote(r.Mode), "needs gossip.group or gossip.peers: relays are found among the peers")
 	}
-	if !(r.Hold >= 0 && r.Hold <= 1) {
-		return bad(key("relay", "hold"), strconv.FormatFloat(r.Hold, 'g', -1, 64), "must be between 0 (hold nothing back) and 1 (a whole burst)")
+	if e := floatRange(key("relay", "hold"), r.Hold); e != nil {
+		return e
 	}
 	if e := checkPeers("relay", r.Peers); e != nil {
 		return e

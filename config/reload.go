@@ -13,31 +13,33 @@ import "reflect"
 //	reload:"restart-serve"    only becoming or ceasing to be a relay (relay.mode)
 //	reload:"restart-serving"  any change on a daemon running as a relay
 
-// restartRule says when a change of a key needs a restart, and what
-// [RestartKeys] appends to the key's name when it does.
+// restartRule says when a change of a key needs a restart, what
+// [RestartKeys] appends to the key's name when it does, and how the
+// reference in docs/configuration.md says it.
 type restartRule struct {
 	note  string
 	needs func(cur, next *Config, a, b reflect.Value) bool // a and b: the key's values in cur and next
+	doc   string                                           // the reference's "on reload" column for the key
 }
 
 // restartRules are the values a reload tag may have.
 var restartRules = map[string]restartRule{
-	"restart": {"", func(_, _ *Config, a, b reflect.Value) bool { return changed(a, b) }},
+	"restart": {"", func(_, _ *Config, a, b reflect.Value) bool { return changed(a, b) }, "restart"},
 	// The transport opens at start if the key is set; while it runs, it
 	// takes a changed value.
 	"restart-on-off": {" (on or off)", func(_, _ *Config, a, b reflect.Value) bool {
 		return (a.Len() > 0) != (b.Len() > 0)
-	}},
+	}, "live; turning it on or off needs a restart"},
 	// The link to other segments' relays opens at start, on a relay only;
 	// the other modes switch live.
 	"restart-serve": {" (serve: the link to other segments opens at start)", func(_, _ *Config, a, b reflect.Value) bool {
 		return (a.String() == RelayServe) != (b.String() == RelayServe)
-	}},
+	}, `live; becoming or ceasing to be a relay ("serve") needs a restart`},
 	// The key is the link's, which only a relay opens: elsewhere it is
 	// unused until the daemon starts as one.
 	"restart-serving": {"", func(cur, _ *Config, a, b reflect.Value) bool {
 		return cur.Relay.Mode == RelayServe && changed(a, b)
-	}},
+	}, "restart on a relay; elsewhere unused until the daemon starts as one"},
 }
 
 func changed(a, b reflect.Value) bool { return !reflect.DeepEqual(a.Interface(), b.Interface()) }

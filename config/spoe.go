@@ -10,12 +10,12 @@ import (
 // spoe" connects to. The zero SPOE is not valid (MaxConns is 0): start
 // from [Default].
 type SPOE struct {
-	Listen   string `toml:"listen" reload:"restart"`    // "host:port" or "unix:/path"; "" disables
-	MaxConns int    `toml:"max_conns" reload:"restart"` // most connections open at once; more are refused
+	Listen   string `toml:"listen" reload:"restart"`    // "host:port" or "unix:/path", e.g. "127.0.0.1:7074"; "" disables
+	MaxConns int    `toml:"max_conns" reload:"restart"` // most connections open at once; one more gets an AGENT-DISCONNECT
 }
 
-// Allowed values of the [spoe] section. dthrottle.toml documents each one
-// beside its key.
+// Allowed values of the [spoe] section, used by its rules in rules.go.
+// dthrottle.toml documents each one beside its key.
 const (
 	defaultSPOEConns = 1024 // HAProxy opens a few connections per thread
 	maxSPOEConns     = 100000
@@ -50,7 +50,7 @@ func (c *Config) validateSPOE() *Error {
 			}
 		}
 	}
-	return intRange(key("spoe", "max_conns"), s.MaxConns, 1, maxSPOEConns)
+	return intRange(key("spoe", "max_conns"), s.MaxConns)
 }
 
 // Network splits SPOE.Listen into a network and an address for

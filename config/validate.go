@@ -16,7 +16,9 @@ import (
 	"github.com/dthrottle/dthrottle/protocol"
 )
 
-// Allowed ranges. dthrottle.toml documents each one beside its key.
+// Allowed ranges, used by the rules of rules.go, which Validate checks and
+// docs/configuration.md prints. dthrottle.toml documents each one beside
+// its key.
 const (
 	minRate        = 1e-6    // tokens per second: one per 11.6 days
 	maxRate        = 1e9     // tokens per second
@@ -79,20 +81,20 @@ func (c *Config) validateListen() *Error {
 	if l.Unix == "" && l.TCP == "" {
 		return &Error{Key: "listen", Msg: "listen.unix and listen.tcp are both empty: at least one listener is required", path: []string{"listen"}, elem: -1}
 	}
-	if e := intRange(key("listen", "max_conns"), l.MaxConns, 1, maxMaxConns); e != nil {
+	if e := intRange(key("listen", "max_conns"), l.MaxConns); e != nil {
 		return e
 	}
-	return intRange(key("listen", "max_tag_bytes"), l.MaxTagBytes, minMaxTagBytes, maxMaxTagBytes)
+	return intRange(key("listen", "max_tag_bytes"), l.MaxTagBytes)
 }
 
 func (c *Config) validateLimit() *Error {
-	if e := rateRange(key("limit", "rate"), c.Limit.Rate); e != nil {
+	if e := floatRange(key("limit", "rate"), c.Limit.Rate); e != nil {
 		return e
 	}
-	if e := intRange(key("limit", "burst"), c.Limit.Burst, 1, maxBurst); e != nil {
+	if e := intRange(key("limit", "burst"), c.Limit.Burst); e != nil {
 		return e
 	}
-	return intRange(key("limit", "max_tags"), c.Limit.MaxTags, 1, maxMaxTags)
+	return intRange(key("limit", "max_tags"), c.Limit.MaxTags)
 }
 
 func (c *Config) validatePolicies() *Error {
@@ -127,12 +129,12 @@ func (c *Config) validatePolicies() *Error {
 		case ActionAllow, ActionDeny:
 			continue // rate and burst are not used
 		default:
-			return bad(at("action"), quote(p.Action), fmt.Sprintf("must be one of %q, %q, %q", ActionLimit, ActionAllow, ActionDeny))
+			return oneOf(at("action"), p.Action, quote(p.Action))
 		}
-		if e := rateRange(at("rate"), p.Rate); e != nil {
+		if e := floatRange(at("rate"), p.Rate); e != nil {
 			return e
 		}
-		if e := intRange(at("burst"), p.Burst, 1, maxBurst); e != nil {
+		if e := intRange(at("burst"), p.Burst); e != nil {
 			return e
 		}
 	}
@@ -141,8 +143,8 @@ func (c *Config) validatePolicies() *Error {
 
 func (c *Config) validateGossip() *Error {
 	g := &c.Gossip
-	if d := g.Interval.Duration; d < minInterval || d > maxInterval {
-		return bad(key("gossip", "interval"), quote(d.String()), "must be between 10ms and 1h")
+	if e := durationRange(key("gossip", "interval"), g.Interval.Duration); e != nil {
+		return e
 	}
 	if g.Group != "" {
 		if e := checkAddr(key("gossip", "group"), g.Group, true, 1); e != nil {
@@ -156,7 +158,7 @@ func (c *Config) validateGossip() *Error {
 	if n := g.Interface; len(n) > maxIfName || strings.ContainsAny(n, "/ \t\n\x00") {
 		return bad(key("gossip", "interface"), quote(n), fmt.Sprintf("must be a network interface name: at most %d bytes, no \"/\" or blanks", maxIfName))
 	}
-	if e := intRange(key("gossip", "ttl"), g.TTL, 0, maxTTL); e != nil {
+	if e := intRange(key("gossip", "ttl"), g.TTL); e != nil {
 		return e
 	}
 	if e := checkPeers("gossip", g.Peers); e != nil {
@@ -173,10 +175,10 @@ func (c *Config) validateGossip() *Error {
 			return bad(key("gossip", "bind"), quote(g.Bind), "must use another port than gossip.group when gossip.peers are set too")
 		}
 	}
-	if e := intRange(key("gossip", "max_peers"), g.MaxPeers, 0, maxMaxPeers); e != nil {
+	if e := intRange(key("gossip", "max_peers"), g.MaxPeers); e != nil {
 		return e
 	}
-	return intRange(key("gossip", "max_packet"), g.MaxPacket, minMaxPacket, maxMaxPacket)
+	return intRange(key("gossip", "max_packet"), g.MaxPacket)
 }
 
 // checkPeers checks a list of peers, section.peers: each "host:port" with
@@ -224,20 +226,6 @@ func bad(k keyRef, value, rule string) *Error {
 	return &Error{Key: name, Msg: k.label + " = " + value + ": " + rule, path: k.path, elem: k.elem}
 }
 
-func intRange(k keyRef, v, lo, hi int) *Error {
-	if v >= lo && v <= hi {
-		return nil
-	}
-	return bad(k, strconv.Itoa(v), fmt.Sprintf("must be between %d and %d", lo, hi))
-}
-
-func rateRange(k keyRef, v float64) *Error {
-	if v >= minRate && v <= maxRate { // false for NaN
-		return nil
-	}
-	return bad(k, strconv.FormatFloat(v, 'g', -1, 64), "must be between 0.000001 and 1e9 (tokens per second)")
-}
-
 // checkAddr checks a "host:port" address. A listening address may leave the
 // host empty (all interfaces) and use port 0 (any free port); a destination
 // passes needHost and minPort 1.
@@ -274,17 +262,10 @@ func parseMode(s string) (os.FileMode, bool) {
 func quote(s string) string { return strconv.Quote(s) }
 
 func (c *Config) validateLog() *Error {
-	switch c.Log.Format {
-	case "text", "json":
-	default:
-		return bad(key("log", "format"), quote(c.Log.Format), `must be "text" or "json"`)
+	if e := oneOf(key("log", "format"), c.Log.Format, quote(c.Log.Format)); e != nil {
+		return e
 	}
-	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
-	default:
-		return bad(key("log", "level"), quote(c.Log.Level), `must be one of "debug", "info", "warn", "error"`)
-	}
-	return nil
+	return oneOf(key("log", "level"), c.Log.Level, quote(c.Log.Level))
 }
 
 func (c *Config) validateState() *Error {

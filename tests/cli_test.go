@@ -54,7 +54,7 @@ func runCLI(t *testing.T, stdin string, args ...string) (code int, stdout, stder
 	return code, out.String(), errb.String()
 }
 
-// TestCLIQuery is the README's shell example: burst 3, so the fourth a is
+// TestCLIQuery is docs/integrations/shell.md's example: burst 3, so the fourth a is
 // refused and the command exits 1; b alone exits 0.
 func TestCLIQuery(t *testing.T) {
 	d := startDaemon(t, burst3)

@@ -101,11 +101,11 @@ func TestClientDaemonRestart(t *testing.T) {
 	}
 }
 
-// TestClientMiddleware is the README's Go example: an HTTP server throttled
+// TestClientMiddleware is docs/integrations/go.md's example: an HTTP server throttled
 // by client address; burst 3, so the fourth request gets 429.
 func TestClientMiddleware(t *testing.T) {
 	d := startDaemon(t, burst3)
-	// As in the README:
+	// As in docs/integrations/go.md:
 	c, err := client.New(client.Config{Address: d.sock, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 // The fault tests hammer one tag on every node of a multi-host cluster
 // (multihost_test.go) while something goes wrong between the peers, and
 // hold the served count to the cluster bound (docs/design.md, The cluster bound). Each logs a "figures:"
-// line (go test -v) for README's Reliability table.
+// line (go test -v) for docs/reliability.md's table of faults between peers.
 
 const (
 	faultLoad  = 400                    // queries a second, over all nodes: 20x the rate

@@ -170,7 +170,8 @@ func (l *load) mostIn(w time.Duration, ds ...*daemon) int {
 // duration is the time from the first query to the last reply.
 func (l *load) duration() time.Duration { return l.end.Sub(l.start) }
 
-// figures logs one scenario's results for README's table.
+// figures logs one scenario's results for the tables of docs/reliability.md
+// and docs/relays.md.
 func figures(t *testing.T, l *load, limit float64, extra string, c counters) {
 	t.Helper()
 	w := l.duration()

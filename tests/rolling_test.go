@@ -14,8 +14,8 @@ import (
 // default) and off, stopping each cleanly (SIGTERM) or killing it
 // (SIGKILL). A restarted daemon without warm start hands the tag a fresh
 // burst; with it, it asks its peers and takes their lower bucket within
-// about an interval. Each run logs a "figures:" line for README's Warm
-// start section.
+// about an interval. Each run logs a "figures:" line for docs/reliability.md's
+// Warm start section.
 //
 // Over-admission: the served count is held to the cluster bound of four
 // nodes plus, per restart, one interval's worth of the tag's rate and what

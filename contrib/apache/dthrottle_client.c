@@ -13,7 +13,7 @@
  * (Sharing one pipelined connection among a child's threads, so queries
  * travel in batches, was measured slower: the hand-over of replies between
  * threads costs the child more than the batches save the daemon. See
- * README, "Apache module".)
+ * docs/integrations/apache.md, "The module: mod_dthrottle".)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE

@@ -12,7 +12,8 @@
  * Build and install:
  *   apxs -i -a -c mod_dthrottle.c dthrottle_client.c dthrottle_target.c \
  *       dthrottle_status.c
- * Directives: see the command table below and README ("Apache module").
+ * Directives: see the command table below and
+ * docs/integrations/apache.md ("The module: mod_dthrottle").
  * Counters: SetHandler dthrottle-status, and mod_status's page.
  */
 #include <string.h>

@@ -8,7 +8,8 @@
 --
 -- This action opens a Unix socket connection per request (no TCP
 -- handshake, no network): the simplest way. dthrottle_pool.lua keeps a pool
--- of connections per thread and costs far less (see README).
+-- of connections per thread and costs far less (see
+-- docs/integrations/haproxy.md).
 --
 -- Settings, from the environment (haproxy.cfg: presetenv):
 --   DTHROTTLE_SOCKET      dthrottled's listen.unix
