@@ -140,3 +140,11 @@ func (d *daemon) lastReport(t *testing.T) time.Time {
 	s := metric(t, scrape(t, d.adminAddr(t)), "dthrottle_gossip_last_report_timestamp_seconds")
 	return time.Unix(0, int64(s*1e9))
 }
+
+// awaitReportAfter waits until the daemon has sent a report after at: the
+// hits it served before at are then known to its peers, and part of the
+// levels it answers a snapshot request with.
+func (d *daemon) awaitReportAfter(t *testing.T, at time.Time) {
+	t.Helper()
+	poll(t, 10*time.Second, "a report after "+at.Format(time.StampMilli), func() bool { return d.lastReport(t).After(at) })
+}

@@ -56,6 +56,9 @@ func warmGroupAndPeers(t *testing.T, drop string) {
 	if got := pipeline(t, a.sock, strings.Repeat("hot\n", c.burst+2)); !strings.HasSuffix(got, "NO\nNO\n") {
 		t.Fatalf("spending the tag: %q, want its last queries refused", got)
 	}
+	// An answer leaves out the hits no peer knows yet: once reported,
+	// they are part of it.
+	a.awaitReportAfter(t, time.Now())
 	// Drop, on the bridge, the asker's datagrams to the answerer on one
 	// of the two paths: its request then arrives by the other only.
 	port := map[string]int{"group": 7777, "unicast": warmPort}[drop]
