@@ -161,7 +161,7 @@ func TestNodeIntegrity(t *testing.T) {
 	}
 	var own []byte
 	enc := Encoder{Node: b.id, MaxPacket: 1400, Key: key}
-	enc.Encode(now, []Hit{{"own", 1}}, func(pkt []byte) error { own = append([]byte(nil), pkt...); return nil })
+	enc.Encode(now, []Hit{{Key: "own", Count: 1}}, func(pkt []byte) error { own = append([]byte(nil), pkt...); return nil })
 	b.Receive(Packet{Data: own, From: "b", At: now})
 	if b.Stats().Own != 1 || b.applied["own"] != 0 {
 		t.Fatalf("own datagram: stats %+v, applied %v", b.Stats(), b.applied)

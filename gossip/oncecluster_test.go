@@ -66,16 +66,10 @@ func (c *onceCluster) start(name string, warm bool, file []bucket.Level) *onceNo
 		tb.Merge(c.now, 0, file)
 	}
 	on := &onceNode{name: name, table: tb, tr: c.net.Join(name), next: c.now.Add(c.interval)}
-	var exported []bucket.Level
 	on.node, err = NewNode(Config{
 		Since: c.now, Interval: c.interval, SnapshotRate: c.rate,
 		Fingerprint: tb.Fingerprint(),
-		Drain: func(dst []Hit) []Hit {
-			for _, h := range tb.Drain(nil) {
-				dst = append(dst, Hit(h))
-			}
-			return dst
-		},
+		Drain:       tb.Drain,
 		Apply: func(now time.Time, hits []Hit) {
 			for _, h := range hits {
 				tb.Spend(now, h.Key, h.Count)
@@ -85,19 +79,10 @@ func (c *onceCluster) start(name string, warm bool, file []bucket.Level) *onceNo
 			if part >= tb.Shards() {
 				return dst, keys, false
 			}
-			exported, keys = tb.ReportedShard(now, part, exported[:0], keys)
-			for _, l := range exported {
-				dst = append(dst, Level(l))
-			}
+			dst, keys = tb.ReportedShard(now, part, dst, keys)
 			return dst, keys, part+1 < tb.Shards()
 		},
-		Merge: func(now time.Time, levels []Level) int {
-			ls := make([]bucket.Level, len(levels))
-			for i, l := range levels {
-				ls[i] = bucket.Level(l)
-			}
-			return tb.Merge(now, 0, ls)
-		},
+		Merge:  func(now time.Time, levels []Level) int { return tb.Merge(now, 0, levels) },
 		Relay:  RelayConfig{Mode: c.relay[name], MaxAge: 10 * c.interval},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, on.tr)

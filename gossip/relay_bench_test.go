@@ -21,17 +21,10 @@ func BenchmarkReceive(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			var applied []bucket.Hit
 			n, err := NewNode(Config{
 				Since: time.Now().Add(-time.Minute),
 				Drain: func(d []Hit) []Hit { return d },
-				Apply: func(now time.Time, hs []Hit) {
-					applied = applied[:0]
-					for _, h := range hs {
-						applied = append(applied, bucket.Hit(h))
-					}
-					table.SpendBatch(now, applied)
-				},
+				Apply: table.SpendBatch,
 			}, NewMemNetwork(MemConfig{}, nil).Join("receiver"))
 			if err != nil {
 				b.Fatal(err)

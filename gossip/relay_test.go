@@ -321,7 +321,7 @@ func TestRelayGolden(t *testing.T) {
 		e := &Encoder{Node: 0x0102030405060708, Fingerprint: 0x1122334455667788, MaxPacket: 1400, Relayed: true}
 		e.seq = 6
 		var got []byte
-		if _, err := e.EncodeRelay(time.UnixMilli(1767225600000), typ, []Hit{{"10.0.0.9", 3}, {"key:abc", 200}}, func(p []byte) error {
+		if _, err := e.EncodeRelay(time.UnixMilli(1767225600000), typ, []Hit{{Key: "10.0.0.9", Count: 3}, {Key: "key:abc", Count: 200}}, func(p []byte) error {
 			got = slices.Clone(p)
 			return nil
 		}); err != nil {
@@ -339,7 +339,7 @@ func TestRelayGolden(t *testing.T) {
 		}
 		m, err := Decode(b, nil)
 		if err != nil || m.Type != typ || m.Seq != 7 || !m.Relayed || m.Node != 0x0102030405060708 ||
-			!slices.Equal(m.Hits, []Hit{{"10.0.0.9", 3}, {"key:abc", 200}}) {
+			!slices.Equal(m.Hits, []Hit{{Key: "10.0.0.9", Count: 3}, {Key: "key:abc", Count: 200}}) {
 			t.Errorf("Decode(type %d) = %+v, %v", typ, m, err)
 		}
 	}

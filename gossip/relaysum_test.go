@@ -58,17 +58,17 @@ func TestRelaySum(t *testing.T) {
 	r := NewRelaySum(hold, 2, s)
 	runRelaySum(t, r, []relayStep{
 		// Under the threshold: held.
-		{0, []Hit{{"a", 4}, {"b", 1}}, nil},
+		{0, []Hit{{Key: "a", Count: 4}, {Key: "b", Count: 1}}, nil},
 		// a reaches 10: passed on, and hot for 2 ages (4 s).
-		{1 * s, []Hit{{"a", 6}}, []Hit{{"a", 10}}},
+		{1 * s, []Hit{{Key: "a", Count: 6}}, []Hit{{Key: "a", Count: 10}}},
 		// b has stayed under 10 for 2 s: dropped. a is hot: passed on
 		// however few; 3 is under the 5 a second that keeps it hot.
-		{2 * s, []Hit{{"a", 3}}, []Hit{{"a", 3}}},
-		{3 * s, []Hit{{"a", 5}, {"c", 12}}, []Hit{{"a", 5}, {"c", 12}}}, // 5 renews a until 7 s
-		{6 * s, []Hit{{"a", 1}}, []Hit{{"a", 1}}},
+		{2 * s, []Hit{{Key: "a", Count: 3}}, []Hit{{Key: "a", Count: 3}}},
+		{3 * s, []Hit{{Key: "a", Count: 5}, {Key: "c", Count: 12}}, []Hit{{Key: "a", Count: 5}, {Key: "c", Count: 12}}}, // 5 renews a until 7 s
+		{6 * s, []Hit{{Key: "a", Count: 1}}, []Hit{{Key: "a", Count: 1}}},
 		// a is no longer hot at 7 s: held again.
-		{7 * s, []Hit{{"a", 1}}, nil},
-		{8 * s, []Hit{{"a", 9}}, []Hit{{"a", 10}}},
+		{7 * s, []Hit{{Key: "a", Count: 1}}, nil},
+		{8 * s, []Hit{{Key: "a", Count: 9}}, []Hit{{Key: "a", Count: 10}}},
 	})
 	st := r.Stats()
 	want := RelayStats{HeldTags: 0, HotTags: 1, Added: 42, Passed: 41, Dropped: 1, DroppedTags: 1} // c cooled at 7 s
@@ -82,7 +82,7 @@ func TestRelaySum(t *testing.T) {
 func TestRelaySumHoldsNothing(t *testing.T) {
 	r := NewRelaySum(func(string) (uint32, time.Duration) { return 1, time.Second }, 1, time.Second)
 	runRelaySum(t, r, []relayStep{
-		{0, []Hit{{"z", 1}, {"a", 2}, {"", 5}, {"q", 0}, {"z", 3}}, []Hit{{"a", 2}, {"z", 4}}},
+		{0, []Hit{{Key: "z", Count: 1}, {Key: "a", Count: 2}, {Key: "", Count: 5}, {Key: "q", Count: 0}, {Key: "z", Count: 3}}, []Hit{{Key: "a", Count: 2}, {Key: "z", Count: 4}}},
 		{time.Second, nil, nil},
 	})
 	if st := r.Stats(); st.HeldHits != 0 || st.Added != 6 || st.Passed != 6 {
@@ -100,7 +100,7 @@ func TestRelaySumPerTag(t *testing.T) {
 	}
 	r := NewRelaySum(hold, 1, time.Second)
 	runRelaySum(t, r, []relayStep{
-		{0, []Hit{{"login:x", 2}, {"ip", 2}}, []Hit{{"login:x", 2}}},
+		{0, []Hit{{Key: "login:x", Count: 2}, {Key: "ip", Count: 2}}, []Hit{{Key: "login:x", Count: 2}}},
 		{2 * time.Second, nil, nil}, // ip dropped at its age
 	})
 	if st := r.Stats(); st.Dropped != 2 || st.Passed != 2 {
@@ -113,18 +113,18 @@ func TestRelaySumPerTag(t *testing.T) {
 func TestOwnHits(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	o := NewOwnHits(3 * time.Second)
-	o.Sent(t0, []Hit{{"a", 3}, {"b", 2}, {"", 1}, {"c", 0}})
-	o.Sent(t0.Add(time.Second), []Hit{{"a", 1}})
+	o.Sent(t0, []Hit{{Key: "a", Count: 3}, {Key: "b", Count: 2}, {Key: "", Count: 1}, {Key: "c", Count: 0}})
+	o.Sent(t0.Add(time.Second), []Hit{{Key: "a", Count: 1}})
 	if o.Len() != 2 {
 		t.Fatalf("%d tags in the ledger, want 2", o.Len())
 	}
 	steps := []struct {
 		agg, want []Hit
 	}{
-		{[]Hit{{"a", 10}, {"x", 1}}, []Hit{{"a", 6}, {"x", 1}}}, // a's 4 come off
-		{[]Hit{{"a", 2}}, []Hit{{"a", 2}}},                      // and only once
-		{[]Hit{{"b", 1}}, nil},                                  // an aggregate short of our own
-		{[]Hit{{"b", 5}}, []Hit{{"b", 4}}},                      // the last one comes off
+		{[]Hit{{Key: "a", Count: 10}, {Key: "x", Count: 1}}, []Hit{{Key: "a", Count: 6}, {Key: "x", Count: 1}}}, // a's 4 come off
+		{[]Hit{{Key: "a", Count: 2}}, []Hit{{Key: "a", Count: 2}}},                                              // and only once
+		{[]Hit{{Key: "b", Count: 1}}, nil},                                                                      // an aggregate short of our own
+		{[]Hit{{Key: "b", Count: 5}}, []Hit{{Key: "b", Count: 4}}},                                              // the last one comes off
 	}
 	for i, st := range steps {
 		got := o.Others(st.agg, nil)
@@ -132,7 +132,7 @@ func TestOwnHits(t *testing.T) {
 			t.Fatalf("step %d: got %v, want %v", i, got, st.want)
 		}
 	}
-	o.Sent(t0.Add(2*time.Second), []Hit{{"d", 7}})
+	o.Sent(t0.Add(2*time.Second), []Hit{{Key: "d", Count: 7}})
 	if n := o.Forget(t0.Add(5 * time.Second)); n != 0 {
 		t.Errorf("forgot %d hits at 3 s after sending, want none", n)
 	}

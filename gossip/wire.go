@@ -54,13 +54,14 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
+
+	"github.com/dthrottle/dthrottle/bucket"
 )
 
-// Hit is a tag's key and the hits served for it in one period.
-type Hit struct {
-	Key   string
-	Count uint32
-}
+// Hit is a tag's key and the hits served for it in one period: the
+// table's own (bucket.Hit), so a report moves between the two without a
+// copy.
+type Hit = bucket.Hit
 
 // MsgType is the kind of a datagram. Append-only: never renumber, never
 // reuse a retired number.

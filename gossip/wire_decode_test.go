@@ -93,17 +93,17 @@ func TestDecodeGarbage(t *testing.T) {
 		b    []byte
 		hits []Hit
 	}{
-		"bin key":                {hits(0x81, 0xc4, 2, 0, 0xff, 7), []Hit{{"\x00\xff", 7}}},
-		"str8 short key":         {hits(0x81, 0xd9, 1, 'k', 7), []Hit{{"k", 7}}},
-		"signed counts":          {hits(0x82, 0xa1, 'a', 0xd0, 5, 0xa1, 'b', 0xd3, 0, 0, 0, 0, 0, 0, 1, 0), []Hit{{"a", 5}, {"b", 256}}},
-		"uint64 max count":       {hits(0x81, 0xa1, 'a', 0xcf, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff), []Hit{{"a", math.MaxUint32}}},
-		"map16 small":            {hits(0xde, 0, 1, 0xa1, 'a', 1), []Hit{{"a", 1}}},
-		"no-ops dropped":         {hits(0x83, 0xa0, 3, 0xa1, 'z', 0, 0xa1, 'a', 2), []Hit{{"a", 2}}},
-		"duplicates kept":        {hits(0x82, 0xa1, 'a', 1, 0xa1, 'a', 2), []Hit{{"a", 1}, {"a", 2}}},
+		"bin key":                {hits(0x81, 0xc4, 2, 0, 0xff, 7), []Hit{{Key: "\x00\xff", Count: 7}}},
+		"str8 short key":         {hits(0x81, 0xd9, 1, 'k', 7), []Hit{{Key: "k", Count: 7}}},
+		"signed counts":          {hits(0x82, 0xa1, 'a', 0xd0, 5, 0xa1, 'b', 0xd3, 0, 0, 0, 0, 0, 0, 1, 0), []Hit{{Key: "a", Count: 5}, {Key: "b", Count: 256}}},
+		"uint64 max count":       {hits(0x81, 0xa1, 'a', 0xcf, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff), []Hit{{Key: "a", Count: math.MaxUint32}}},
+		"map16 small":            {hits(0xde, 0, 1, 0xa1, 'a', 1), []Hit{{Key: "a", Count: 1}}},
+		"no-ops dropped":         {hits(0x83, 0xa0, 3, 0xa1, 'z', 0, 0xa1, 'a', 2), []Hit{{Key: "a", Count: 2}}},
+		"duplicates kept":        {hits(0x82, 0xa1, 'a', 1, 0xa1, 'a', 2), []Hit{{Key: "a", Count: 1}, {Key: "a", Count: 2}}},
 		"empty hits map":         {hits(0x80), nil},
 		"unknown type 9":         {append(header(9), "any body at all"...), nil},
 		"unknown type 200":       {header(200), nil},
-		"reserved flags ignored": {func() []byte { b := hits(0x81, 0xa1, 'a', 1); b[4] = 0xfe; return b }(), []Hit{{"a", 1}}},
+		"reserved flags ignored": {func() []byte { b := hits(0x81, 0xa1, 'a', 1); b[4] = 0xfe; return b }(), []Hit{{Key: "a", Count: 1}}},
 	}
 	for name, c := range good {
 		m, err := Decode(c.b, nil)

@@ -14,7 +14,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(readGolden(f))
 	beat, _ := encodeAll(f, &Encoder{Node: 1, MaxPacket: 512}, testNow, nil)
 	f.Add(beat[0])
-	plain, _ := encodeAll(f, &Encoder{Node: 2, MaxPacket: 512}, testNow, []Hit{{"a", 1}, {"\x00\xff", 70000}})
+	plain, _ := encodeAll(f, &Encoder{Node: 2, MaxPacket: 512}, testNow, []Hit{{Key: "a", Count: 1}, {Key: "\x00\xff", Count: 70000}})
 	f.Add(plain[0])
 	f.Add([]byte("DT\x01\x01\x00garbage that is not a header"))
 	f.Add([]byte{})

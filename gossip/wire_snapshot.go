@@ -33,6 +33,8 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
+
+	"github.com/dthrottle/dthrottle/bucket"
 )
 
 // The warm start message types.
@@ -42,11 +44,10 @@ const (
 )
 
 // Level is one tag's bucket level in a snapshot answer: the tokens it
-// held when the answer was sent, below the sender's burst.
-type Level struct {
-	Key    []byte
-	Tokens float64
-}
+// held when the answer was sent, below the sender's burst. It is the
+// table's own (bucket.Level), so an answer moves between the two without
+// a copy.
+type Level = bucket.Level
 
 // Snapshot is the body of a snapshot answer.
 type Snapshot struct {

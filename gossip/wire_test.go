@@ -176,7 +176,7 @@ func TestEncodeSkipsOversizedKey(t *testing.T) {
 	const longest = 1400 - headerLen - macLen - 1 - 3 - 1
 	fits := strings.Repeat("f", longest)
 	tooLong := strings.Repeat("x", longest+1)
-	hits := []Hit{{"a", 1}, {tooLong, 1}, {fits, 1}, {strings.Repeat("y", 70000), 2}, {"b", 300}}
+	hits := []Hit{{Key: "a", Count: 1}, {Key: tooLong, Count: 1}, {Key: fits, Count: 1}, {Key: strings.Repeat("y", 70000), Count: 2}, {Key: "b", Count: 300}}
 	e := &Encoder{Node: 1, MaxPacket: 1400, Key: []byte("k")}
 	pkts, skipped := encodeAll(t, e, testNow, hits)
 	if skipped != 2 {
@@ -190,7 +190,7 @@ func TestEncodeSkipsOversizedKey(t *testing.T) {
 		}
 		got = append(got, m.Hits...)
 	}
-	if want := []Hit{{"a", 1}, {fits, 1}, {"b", 300}}; !slices.Equal(got, want) {
+	if want := []Hit{{Key: "a", Count: 1}, {Key: fits, Count: 1}, {Key: "b", Count: 300}}; !slices.Equal(got, want) {
 		t.Fatalf("decoded %d hits, want a, the longest key, b", len(got))
 	}
 	if len(pkts) != 3 || len(pkts[1]) != 1400 {
@@ -198,7 +198,7 @@ func TestEncodeSkipsOversizedKey(t *testing.T) {
 	}
 
 	// Nothing sendable at all: a heartbeat still says the node is alive.
-	pkts, skipped = encodeAll(t, e, testNow, []Hit{{tooLong, 1}})
+	pkts, skipped = encodeAll(t, e, testNow, []Hit{{Key: tooLong, Count: 1}})
 	if skipped != 1 || len(pkts) != 1 || pkts[0][3] != byte(MsgHeartbeat) {
 		t.Fatalf("only an oversized hit: %d datagrams, %d skipped; want one heartbeat, 1 skipped", len(pkts), skipped)
 	}
@@ -277,7 +277,7 @@ var goldenMessage = Message{
 		Sent:        time.UnixMilli(1767225600000),
 		Fingerprint: 0x1122334455667788,
 	},
-	Hits: []Hit{{"203.0.113.7", 3}, {"login:bob", 200}},
+	Hits: []Hit{{Key: "203.0.113.7", Count: 3}, {Key: "login:bob", Count: 200}},
 }
 
 func readGolden(t testing.TB) []byte {

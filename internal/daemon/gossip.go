@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
-	"time"
 
-	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/config"
 	"github.com/dthrottle/dthrottle/gossip"
 )
@@ -82,37 +79,18 @@ func (d *Daemon) startGossip(full config.Config, open func(config.Gossip) (gossi
 	}
 	run.group = cfg.Group != ""
 	table := d.table
-	var drained []bucket.Hit
-	var (
-		applyMu sync.Mutex // Apply may be called from several goroutines
-		applied []bucket.Hit
-	)
 	node, err := gossip.NewNode(gossip.Config{
 		Interval:    cfg.Interval.Duration,
 		MaxPacket:   cfg.MaxPacket,
 		Key:         key,
 		Fingerprint: table.Fingerprint(),
-		Drain: func(dst []gossip.Hit) []gossip.Hit {
-			drained = table.Drain(drained[:0])
-			for _, h := range drained {
-				dst = append(dst, gossip.Hit(h))
-			}
-			return dst
-		},
-		Apply: func(now time.Time, hits []gossip.Hit) {
-			applyMu.Lock()
-			applied = applied[:0]
-			for _, h := range hits {
-				applied = append(applied, bucket.Hit(h))
-			}
-			table.SpendBatch(now, applied)
-			applyMu.Unlock()
-		},
-		Discovery: disc,
-		Relay:     run.relay.relayConfig(full, table),
-		Export:    warmExport(table),
-		Merge:     warmMerge(table),
-		Logger:    log,
+		Drain:       table.Drain,
+		Apply:       table.SpendBatch,
+		Discovery:   disc,
+		Relay:       run.relay.relayConfig(full, table),
+		Export:      warmExport(table),
+		Merge:       warmMerge(table),
+		Logger:      log,
 	}, t)
 	if err != nil {
 		t.Close()

@@ -16,29 +16,18 @@ import (
 // the reported frame: without this node's unreported hits, which the
 // asker counts from this node's next report.
 func warmExport(t *bucket.Table) func(now time.Time, part int, dst []gossip.Level, keys []byte) ([]gossip.Level, []byte, bool) {
-	var levels []bucket.Level // reused: the node calls one export at a time
 	return func(now time.Time, part int, dst []gossip.Level, keys []byte) ([]gossip.Level, []byte, bool) {
 		if part >= t.Shards() {
 			return dst, keys, false
 		}
-		levels, keys = t.ReportedShard(now, part, levels[:0], keys)
-		for _, l := range levels {
-			dst = append(dst, gossip.Level(l))
-		}
+		dst, keys = t.ReportedShard(now, part, dst, keys)
 		return dst, keys, part+1 < t.Shards()
 	}
 }
 
 // warmMerge lowers the table's buckets to the levels a peer answered.
 func warmMerge(t *bucket.Table) func(now time.Time, levels []gossip.Level) int {
-	var buf []bucket.Level
-	return func(now time.Time, levels []gossip.Level) int {
-		buf = buf[:0]
-		for _, l := range levels {
-			buf = append(buf, bucket.Level(l))
-		}
-		return t.Merge(now, 0, buf)
-	}
+	return func(now time.Time, levels []gossip.Level) int { return t.Merge(now, 0, levels) }
 }
 
 // WarmStats are the gossip node's warm start counters; zero when gossip

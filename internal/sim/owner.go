@@ -85,7 +85,7 @@ func (o *owner) report(self int, now time.Time) {
 			n.sentN++
 			d := &datagram{kind: kindLevels, from: self, to: to, bytes: size, levels: make([]bucket.Level, packed)}
 			for k := range packed {
-				d.levels[k] = bucket.Level(gl[k])
+				d.levels[k] = gl[k]
 			}
 			s.sending = append(s.sending, d)
 			gl = gl[packed:]

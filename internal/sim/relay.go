@@ -99,14 +99,14 @@ func (r *relay) report(i int, now time.Time) {
 	}
 	for _, h := range hits {
 		k := r.live[gossip.PickRelay(h.Key, len(r.live))]
-		r.byRelay[k] = append(r.byRelay[k], gossip.Hit(h))
+		r.byRelay[k] = append(r.byRelay[k], h)
 	}
 	for k, hs := range r.byRelay {
 		own.Sent(now, hs)
 		if k == self {
 			r.agg[k].Add(now, hs)
 		} else if len(hs) > 0 {
-			r.s.send(i, r.relays[k], kindReport, toBucket(hs, nil))
+			r.s.send(i, r.relays[k], kindReport, hs)
 		}
 	}
 }
@@ -132,7 +132,7 @@ func (r *relay) tick(step int, now time.Time) {
 // nodes the relay is there.
 func (r *relay) forward(k int, now time.Time) {
 	r.out = r.agg[k].Flush(now, r.out[:0])
-	r.s.send(r.relays[k], -1, kindForward, toBucket(r.out, nil))
+	r.s.send(r.relays[k], -1, kindForward, r.out)
 	r.applyForward(r.relays[k], r.out, now)
 }
 
@@ -140,14 +140,13 @@ func (r *relay) receive(j int, d *datagram, now time.Time) {
 	switch {
 	case d.kind == kindForward:
 		r.heard[j][r.relayOf(d.from)] = now
-		r.in = toGossip(d.hits, r.in[:0])
-		r.applyForward(j, r.in, now)
+		r.applyForward(j, d.hits, now)
 	case d.to >= 0: // a node's hits for this relay to sum
 		if r.failed {
 			r.s.lose(d, len(r.s.nodes))
 			return
 		}
-		r.agg[r.relayOf(j)].Add(now, toGossip(d.hits, nil))
+		r.agg[r.relayOf(j)].Add(now, d.hits)
 	default: // sent directly while no relay was heard
 		apply(r.s.nodes[j], now, d.hits)
 	}
@@ -157,8 +156,7 @@ func (r *relay) receive(j int, d *datagram, now time.Time) {
 // that it carries.
 func (r *relay) applyForward(j int, agg []gossip.Hit, now time.Time) {
 	r.mine = r.own[j].Others(agg, r.mine[:0])
-	r.apply = toBucket(r.mine, r.apply[:0])
-	apply(r.s.nodes[j], now, r.apply)
+	apply(r.s.nodes[j], now, r.mine)
 }
 
 // dropped is the hits the relays dropped as too sparse to matter.
@@ -168,20 +166,6 @@ func (r *relay) dropped() uint64 {
 		n += a.Stats().Dropped
 	}
 	return n
-}
-
-func toBucket(h []gossip.Hit, dst []bucket.Hit) []bucket.Hit {
-	for _, x := range h {
-		dst = append(dst, bucket.Hit(x))
-	}
-	return dst
-}
-
-func toGossip(h []bucket.Hit, dst []gossip.Hit) []gossip.Hit {
-	for _, x := range h {
-		dst = append(dst, gossip.Hit(x))
-	}
-	return dst
 }
 
 // sortHits orders hits by key, so that a run does not depend on the

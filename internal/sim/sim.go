@@ -292,18 +292,14 @@ func (s *sim) drain(i int) []bucket.Hit {
 // node). An empty report is a heartbeat.
 func (s *sim) send(from, to, kind int, hits []bucket.Hit) {
 	n := s.nodes[from]
-	s.gossipHits = s.gossipHits[:0]
-	for _, h := range hits {
-		s.gossipHits = append(s.gossipHits, gossip.Hit(h))
-	}
-	n.enc.Encode(s.now(), s.gossipHits, func(pkt []byte) error {
+	n.enc.Encode(s.now(), hits, func(pkt []byte) error {
 		m, err := gossip.Decode(pkt, nil)
 		if err != nil {
 			panic(fmt.Sprintf("sim: the encoder wrote what the decoder refuses: %v", err))
 		}
 		d := &datagram{kind: kind, from: from, to: to, bytes: len(pkt), hits: make([]bucket.Hit, len(m.Hits))}
 		for k, h := range m.Hits {
-			d.hits[k] = bucket.Hit(h)
+			d.hits[k] = h
 			if a, ok := s.abusiveIdx[h.Key]; ok {
 				if d.abusive == nil {
 					d.abusive = make([]uint32, s.cfg.Abusive)
