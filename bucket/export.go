@@ -127,7 +127,7 @@ func (t *Table) Export(now time.Time, fn func([]Level) error) error {
 // Merge takes keys as Export returns them and does not retain them.
 func (t *Table) Merge(now time.Time, age time.Duration, levels []Level) (lowered int) {
 	ns := now.UnixNano()
-	maxKey := int(t.maxTagBytes.Load()) + 1 // a digest key's length
+	maxKey := MaxKeyBytes(int(t.maxTagBytes.Load()))
 	for _, lv := range levels {
 		if len(lv.Key) == 0 || len(lv.Key) > maxKey || math.IsNaN(lv.Tokens) {
 			continue

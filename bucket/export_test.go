@@ -290,3 +290,21 @@ func TestReportedShardLeavesOutUnreportedHits(t *testing.T) {
 		t.Errorf("after the report: ReportedShard %s, ExportShard %s", got, want)
 	}
 }
+
+func TestPolicyRefill(t *testing.T) {
+	for i, tc := range []struct {
+		p    Policy
+		want time.Duration
+	}{
+		{Policy{Rate: 1, Burst: 10}, 10 * time.Second},
+		{Policy{Rate: 20, Burst: 10}, 500 * time.Millisecond},
+		{Policy{Rate: 0.001, Burst: 1000000}, 1e9 * time.Second},
+		{Policy{Rate: 1e-300, Burst: 10}, math.MaxInt64},
+		{Policy{Rate: 1, Burst: 10, Action: Allow}, 0},
+		{Policy{Action: Deny}, 0},
+	} {
+		if got := tc.p.Refill(); got != tc.want {
+			t.Errorf("step %d: %+v.Refill() = %v, want %v", i, tc.p, got, tc.want)
+		}
+	}
+}

@@ -50,6 +50,20 @@ type Policy struct {
 	DryRun bool
 }
 
+// Refill is how long the policy's bucket takes to refill from empty to
+// full: burst over rate. It is zero for a policy that keeps no bucket
+// (allow, deny, or no rate), and saturates at the longest Duration.
+func (p Policy) Refill() time.Duration {
+	if p.Action != Limit || !(p.Rate > 0) || p.Burst <= 0 {
+		return 0
+	}
+	ns := float64(p.Burst) / p.Rate * float64(time.Second)
+	if ns >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
+}
+
 // compiled is a Policy turned into integer nanoseconds, the unit the table
 // computes in, so that decisions are exact and never depend on rounding.
 type compiled struct {

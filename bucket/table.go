@@ -53,6 +53,10 @@ const (
 	MaxPolicies = math.MaxUint16 - 1
 )
 
+// MaxKeyBytes is the longest key a table with the given MaxTagBytes
+// keeps: a digest key, MaxTagBytes-31 bytes of the tag and 32 of SHA-256.
+func MaxKeyBytes(maxTagBytes int) int { return maxTagBytes - 31 + 32 }
+
 // Config describes a Table. Its zero value is not usable: see New.
 type Config struct {
 	Default  Policy   // applies to every tag no prefix policy matches

@@ -21,11 +21,11 @@ type HoldFunc func(key string) (threshold uint32, age time.Duration)
 // however slowly a policy refills.
 const MaxHoldAge = time.Hour
 
-// HoldFor is the hold-back of a policy: a threshold of ceil(fraction *
-// burst) hits, at least 1, and an age of burst/rate (the time the bucket
-// takes to refill) rounded up to whole intervals, at most MaxHoldAge (or
-// one interval, if that is longer).
-func HoldFor(fraction float64, burst int, rate float64, interval time.Duration) (threshold uint32, age time.Duration) {
+// HoldFor is the hold-back of a policy of burst tokens whose bucket
+// refills in refill (bucket.Policy.Refill): a threshold of ceil(fraction *
+// burst) hits, at least 1, and an age of refill rounded up to whole
+// intervals, at most MaxHoldAge (or one interval, if that is longer).
+func HoldFor(fraction float64, burst int, refill, interval time.Duration) (threshold uint32, age time.Duration) {
 	t := uint32(1)
 	if v := fraction * float64(burst); v > 1 {
 		t = uint32(v)
@@ -33,10 +33,7 @@ func HoldFor(fraction float64, burst int, rate float64, interval time.Duration) 
 			t++
 		}
 	}
-	a := MaxHoldAge
-	if secs := float64(burst) / rate; secs < MaxHoldAge.Seconds() {
-		a = time.Duration(secs * float64(time.Second))
-	}
+	a := min(refill, MaxHoldAge)
 	return t, max(interval, min(MaxHoldAge, (a+interval-1)/interval*interval))
 }
 

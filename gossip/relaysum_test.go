@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/bucket"
 )
 
 func TestHoldFor(t *testing.T) {
@@ -20,8 +22,10 @@ func TestHoldFor(t *testing.T) {
 		{0.01, 3, 0.4, time.Second, 1, 8 * time.Second},
 		{1, 5, 100, time.Second, 5, time.Second}, // 50 ms, at least one interval
 		{0.25, 100, 1, 5 * time.Second, 25, 100 * time.Second},
+		{0.5, 10, 0.001, time.Second, 5, MaxHoldAge}, // 10,000 s: held an hour at most
 	} {
-		theta, age := HoldFor(tc.fraction, tc.burst, tc.rate, tc.interval)
+		refill := bucket.Policy{Rate: tc.rate, Burst: tc.burst}.Refill()
+		theta, age := HoldFor(tc.fraction, tc.burst, refill, tc.interval)
 		if theta != tc.theta || age != tc.age {
 			t.Errorf("HoldFor(%v, %d, %v, %v) = %d, %v; want %d, %v", tc.fraction, tc.burst, tc.rate, tc.interval, theta, age, tc.theta, tc.age)
 		}

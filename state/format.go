@@ -65,6 +65,14 @@ type Header struct {
 	Tags        int
 }
 
+// MaxBytes is the longest file a table of at most maxTags tags, whose
+// keys are at most maxKey bytes (bucket.MaxKeyBytes), writes: a bound for
+// Limits.MaxBytes.
+func MaxBytes(maxTags, maxKey int) int64 {
+	record := int64(binary.PutUvarint(make([]byte, binary.MaxVarintLen64), uint64(maxKey)) + maxKey + levelLen)
+	return headerLen + int64(maxTags)*record + crcLen
+}
+
 // Limits bound what Decode and Load accept. The zero value accepts
 // nothing: set every field.
 type Limits struct {

@@ -36,14 +36,14 @@ var relayModes = map[string]gossip.RelayMode{
 }
 
 // relayConfig returns the node's relay settings for cfg: each tag is held
-// back after its policy's burst and rate (gossip.HoldFor).
+// back after its policy's burst and refill time (gossip.HoldFor).
 func (r *relayRun) relayConfig(cfg config.Config, table *bucket.Table) gossip.RelayConfig {
 	h := &holdSettings{fraction: cfg.Relay.Hold, interval: cfg.Gossip.Interval.Duration}
 	r.hold.Store(h)
 	var maxAge time.Duration
 	for _, p := range table.Policies() {
 		if limits(p) {
-			_, age := gossip.HoldFor(h.fraction, p.Burst, p.Rate, h.interval)
+			_, age := gossip.HoldFor(h.fraction, p.Burst, p.Refill(), h.interval)
 			maxAge = max(maxAge, age)
 		}
 	}
@@ -52,7 +52,7 @@ func (r *relayRun) relayConfig(cfg config.Config, table *bucket.Table) gossip.Re
 		Hold: func(key string) (uint32, time.Duration) {
 			h := r.hold.Load()
 			if p := table.PolicyOf(key); limits(p) {
-				return gossip.HoldFor(h.fraction, p.Burst, p.Rate, h.interval)
+				return gossip.HoldFor(h.fraction, p.Burst, p.Refill(), h.interval)
 			}
 			return 1, h.interval // no bucket to hold for: pass it on
 		},

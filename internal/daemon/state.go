@@ -18,24 +18,17 @@ import (
 type StateStats = state.Stats
 
 // stateLimits bounds the state file a config accepts: no older than the
-// longest burst/rate of its limit policies (a bucket emptied then is full
+// longest refill time of its limit policies (a bucket emptied then is full
 // again by now), no more tags than max_tags, and no longer than max_tags
 // records of the longest key would be.
 func stateLimits(cfg config.Config) state.Limits {
 	tc := tableConfig(cfg)
-	age := refill(tc.Default)
+	age := tc.Default.Refill()
 	for _, p := range tc.Policies {
-		if p.Action == bucket.Limit {
-			age = max(age, refill(p))
-		}
+		age = max(age, p.Refill())
 	}
-	perTag := int64(cfg.Listen.MaxTagBytes) + 1 + 3 + 8 // key, its length, the level
-	return state.Limits{MaxAge: age, MaxTags: cfg.Limit.MaxTags, MaxBytes: 64 + int64(cfg.Limit.MaxTags)*perTag}
-}
-
-// refill is how long a limit policy takes to refill an empty bucket.
-func refill(p bucket.Policy) time.Duration {
-	return time.Duration(float64(p.Burst) / p.Rate * float64(time.Second))
+	return state.Limits{MaxAge: age, MaxTags: cfg.Limit.MaxTags,
+		MaxBytes: state.MaxBytes(cfg.Limit.MaxTags, bucket.MaxKeyBytes(cfg.Listen.MaxTagBytes))}
 }
 
 // loadState reads the state file back into the table, if one is

@@ -48,7 +48,7 @@ func (c Config) threshold() uint32 {
 // holdAge is the longest a hit is held: the time the bucket takes to
 // refill, burst/rate, rounded up to whole intervals.
 func (c Config) holdAge() time.Duration {
-	a := time.Duration(float64(c.Burst) / c.Rate * float64(time.Second))
+	a := bucket.Policy{Rate: c.Rate, Burst: c.Burst}.Refill()
 	return max(c.Interval, (a+c.Interval-1)/c.Interval*c.Interval)
 }
 
