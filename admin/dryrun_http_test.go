@@ -6,6 +6,7 @@ import (
 
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/httpapi"
+	"github.com/dthrottle/dthrottle/serve"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -15,7 +16,7 @@ func TestMetricsDryRunAndHTTP(t *testing.T) {
 		{Policy: bucket.Policy{Name: "default"}, OK: 60, NO: 8},
 		{Policy: bucket.Policy{Name: "try", DryRun: true}, OK: 30, DryRunRefused: 12},
 	}
-	f.snap.HTTP = &httpapi.Stats{Allowed: 40, Refused: 5, Bad: 3, Active: 2, Accepted: 9, Rejected: 1}
+	f.snap.HTTP = &httpapi.Stats{Allowed: 40, Refused: 5, Bad: 3, Stats: serve.Stats{Active: 2, Accepted: 9, Rejected: 1}}
 	fams := scrape(t, handler(t, f.sources()))
 	const counter, gauge = dto.MetricType_COUNTER, dto.MetricType_GAUGE
 	for _, s := range []sample{

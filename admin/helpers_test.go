@@ -15,6 +15,7 @@ import (
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/gossip"
 	"github.com/dthrottle/dthrottle/protocol"
+	"github.com/dthrottle/dthrottle/serve"
 )
 
 // t0 is the fake clock's instant in tests that use newServer.
@@ -27,7 +28,7 @@ func fakeSnapshot() Snapshot {
 		Version: "1.2.3",
 		Started: t0.Add(-12300 * time.Millisecond),
 		Table:   bucket.Stats{Tags: 1234, Evictions: 5, EvictedHits: 7},
-		Server:  protocol.Stats{Active: 3, Accepted: 10, Rejected: 1, Queries: 100, LineTooLong: 2},
+		Server:  protocol.Stats{Stats: serve.Stats{Active: 3, Accepted: 10, Rejected: 1}, Queries: 100, LineTooLong: 2},
 		Policies: []bucket.PolicyStats{
 			{Policy: bucket.Policy{Name: "default"}, OK: 60, NO: 8},
 			{Policy: bucket.Policy{Name: "login"}, OK: 30, NO: 2},

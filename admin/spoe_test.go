@@ -5,6 +5,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/dthrottle/dthrottle/serve"
 	"github.com/dthrottle/dthrottle/spoe"
 )
 
@@ -13,7 +14,7 @@ func TestSPOEMetrics(t *testing.T) {
 	if fams := scrape(t, handler(t, f.sources())); fams["dthrottle_spoe_messages_total"] != nil {
 		t.Fatal("SPOE metrics while the agent is off")
 	}
-	f.snap.SPOE = &spoe.Stats{Accepted: 9, Rejected: 2, Active: 4, Frames: 120, Notifies: 100, Allowed: 90, Refused: 8,
+	f.snap.SPOE = &spoe.Stats{Stats: serve.Stats{Accepted: 9, Rejected: 2, Active: 4}, Frames: 120, Notifies: 100, Allowed: 90, Refused: 8,
 		Bad: 2, BadFrames: 1, TooBig: 3, Timeouts: 5, WriteErrors: 6, HealthChecks: 7}
 	fams := scrape(t, handler(t, f.sources()))
 	const c, g = dto.MetricType_COUNTER, dto.MetricType_GAUGE

@@ -42,7 +42,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 // reported are the server's.
 func BenchmarkEndpoint(b *testing.B) {
 	tb := newTable(b, bucket.Policy{Rate: 1e9, Burst: 1000})
-	_, addr := serve(b, tb, Config{})
+	_, addr := startServer(b, tb, Config{})
 	c := dial(b, addr)
 	c.c.SetDeadline(time500s())
 	reqs := make([][]byte, 1000)

@@ -1,88 +1,103 @@
 package httpapi
 
 import (
+	"context"
 	"net"
+	"net/http"
 	"sync"
-	"sync/atomic"
-	"time"
 )
 
 // busy is the whole answer to a connection over MaxConns.
 var busy = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n" +
 	"Content-Length: 22\r\nRetry-After: 1\r\nConnection: close\r\n\r\ntoo many connections\r\n")
 
-// busyWrite bounds how long answering a connection over the limit may
-// take: the accepting goroutine does it.
-const busyWrite = 100 * time.Millisecond
-
-// limitListener accepts connections while fewer than the server's maximum
-// are open; one more is answered 503 and closed at once, so a proxy hears
-// a clear status instead of waiting in the listen backlog.
-type limitListener struct {
-	net.Listener
-	s *Server
+// connHandler hands each connection a serve.Server accepts to one
+// net/http server, through a listener of its own, and holds the
+// connection's goroutine until net/http closes it, so that the connection
+// keeps its place under MaxConns meanwhile. When the connections' context
+// ends (shutdown began), it shuts the net/http server down: idle
+// keep-alive connections are closed at once, the others after the answer
+// being written. It is safe for concurrent use.
+type connHandler struct {
+	srv   *http.Server
+	ln    *handoff
+	start sync.Once // serves ln, once the first connection comes
 }
 
-func (l *limitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		s := l.s
-		if s.active.Add(1) <= s.max {
-			s.accepted.Add(1)
-			return &countedConn{Conn: c, s: s}, nil
-		}
-		s.active.Add(-1)
-		s.rejected.Add(1)
-		if s.refusing.Add(1) <= maxRefusing {
-			go refuseConn(c, &s.refusing)
-		} else {
-			s.refusing.Add(-1)
-			c.Close()
-		}
-		if now := time.Now().UnixNano(); now-s.lastLog.Load() >= int64(time.Second) {
-			s.lastLog.Store(now)
-			s.log.Warn("http endpoint: connection over max_conns answered 503", "max_conns", s.max,
-				"rejected", s.rejected.Load(), "remote", c.RemoteAddr().String())
-		}
-	}
+func newConnHandler(srv *http.Server) *connHandler {
+	return &connHandler{srv: srv, ln: newHandoff()}
 }
 
-// maxRefusing bounds the connections being answered 503 at once; past
-// it, a connection over the limit is closed without an answer.
-const maxRefusing = 256
+// ServeConn has net/http serve nc, and returns once nc is closed.
+func (h *connHandler) ServeConn(ctx context.Context, nc net.Conn) {
+	h.start.Do(func() {
+		go h.srv.Serve(h.ln)
+		// Serve returns http.ErrServerClosed once Shutdown closes ln.
+		context.AfterFunc(ctx, func() { h.srv.Shutdown(context.Background()) })
+	})
+	c := &handedConn{Conn: nc, closed: make(chan struct{})}
+	if !h.ln.hand(c) {
+		return // shut down
+	}
+	<-c.closed
+}
 
-// refuseConn answers c 503, lets the client read it (closing a socket
-// with unread input would reset it and lose the answer), and closes it.
-func refuseConn(c net.Conn, refusing *atomic.Int64) {
-	defer refusing.Add(-1)
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(busyWrite))
-	if _, err := c.Write(busy); err != nil {
-		return
-	}
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-	}
-	var buf [512]byte
-	for n := 0; n < 16; n++ { // at most 8 KiB, until the client closes
-		if _, err := c.Read(buf[:]); err != nil {
-			return
-		}
+// handoff is a net.Listener whose Accept returns the connections handed
+// to it. It is safe for concurrent use.
+type handoff struct {
+	conns chan net.Conn
+	done  chan struct{} // closed by Close
+	once  sync.Once
+}
+
+func newHandoff() *handoff {
+	return &handoff{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+// hand passes c to Accept, reporting false if the listener is closed.
+func (l *handoff) hand(c net.Conn) bool {
+	select {
+	case l.conns <- c:
+		return true
+	case <-l.done:
+		return false
 	}
 }
 
-// countedConn gives its place back when closed, once.
-type countedConn struct {
+func (l *handoff) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handoff) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+// Addr is the address of no socket: the connections come from the
+// listeners of a serve.Server.
+func (l *handoff) Addr() net.Addr { return handoffAddr{} }
+
+type handoffAddr struct{}
+
+func (handoffAddr) Network() string { return "handoff" }
+func (handoffAddr) String() string  { return "handoff" }
+
+// handedConn tells the connection's goroutine when net/http closes it.
+// Like the accepted connection it stands for, it offers net.Conn's
+// methods only.
+type handedConn struct {
 	net.Conn
-	s    *Server
-	once sync.Once
+	closed chan struct{}
+	once   sync.Once
 }
 
-func (c *countedConn) Close() error {
+func (c *handedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.s.active.Add(-1) })
+	c.once.Do(func() { close(c.closed) })
 	return err
 }

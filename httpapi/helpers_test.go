@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/decide"
 )
 
 // t0 is the instant the test clock starts at.
@@ -44,9 +45,9 @@ func newTable(t testing.TB, def bucket.Policy, policies ...bucket.Policy) *bucke
 	return tb
 }
 
-// serve starts a Server for d on 127.0.0.1:0 and returns its address; it
-// is shut down when the test ends.
-func serve(t testing.TB, d Decider, cfg Config) (*Server, string) {
+// startServer starts a Server for d on 127.0.0.1:0 and returns its
+// address; it is shut down when the test ends.
+func startServer(t testing.TB, d decide.Decider, cfg Config) (*Server, string) {
 	t.Helper()
 	s := New(d, cfg)
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -11,14 +11,13 @@
 // writing the answer, and the bad-input discipline (a URI over 8 KiB gets
 // 414, a request head over 12 KiB 431, a slow client's connection is
 // closed after a timeout, a connection over MaxConns gets 503). It decides
-// through a [Decider] it is given, which *bucket.Table is.
+// through a [decide.Decider] it is given, which *bucket.Table is.
+// Accepting connections, their limit and shutdown are package serve's, of
+// which a [Server] is made; net/http reads and writes each connection.
 package httpapi
 
 import (
-	"context"
-	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -26,13 +25,9 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/decide"
+	"github.com/dthrottle/dthrottle/serve"
 )
-
-// Decider decides a query costing n tokens for tag at now. *bucket.Table
-// is one. It must be safe for concurrent use and must not retain tag.
-type Decider interface {
-	AllowN(now time.Time, tag []byte, n int) bucket.Verdict
-}
 
 // Defaults for the zero fields of Config.
 const (
@@ -64,64 +59,61 @@ type Config struct {
 	ReadHeaderTimeout, IdleTimeout, WriteTimeout time.Duration
 	// Clock gives the time every decision is taken at; nil is time.Now.
 	Clock func() time.Time
-	// Logger receives connection-limit warnings (at most one a second)
-	// and net/http's own errors (at debug level); never a line per
-	// request. Nil discards.
+	// Logger receives connection-limit warnings (at most one a second),
+	// accept errors, and net/http's own errors (at debug level); never a
+	// line per request. Nil discards.
 	Logger *slog.Logger
 }
 
-// Stats are a Server's counters since New.
+// Stats are a Server's counters since New: a plain value, whose zero
+// value is a server that has served nothing.
 type Stats struct {
-	Allowed  uint64 // requests served (2xx), dry runs included
-	Refused  uint64 // requests refused (the refusal status)
-	DryRun   uint64 // of Allowed, those a dry-run policy would have refused
-	Bad      uint64 // requests answered 4xx for their form (400, 404, 405, 414)
-	Active   uint64 // connections open now
-	Accepted uint64 // connections taken into service
-	Rejected uint64 // connections answered 503 because MaxConns were open
+	serve.Stats        // connections: accepted, rejected (answered 503 over MaxConns), active
+	Allowed     uint64 // requests served (2xx), dry runs included
+	Refused     uint64 // requests refused (the refusal status)
+	DryRun      uint64 // of Allowed, those a dry-run policy would have refused
+	Bad         uint64 // requests answered 4xx for their form (400, 404, 405, 414)
 }
 
-// Server is the HTTP decision endpoint. Create it with New, serve
-// listeners with Serve, stop it with Shutdown. It is safe for concurrent
-// use.
+// Server is the HTTP decision endpoint: a serve.Server (Serve, Shutdown,
+// Close) whose handler hands each connection to net/http. Create it with
+// New. It is safe for concurrent use; the zero Server is not usable.
 type Server struct {
-	decide  Decider
-	now     func() time.Time
-	log     *slog.Logger
-	max     int64
-	refuse  atomic.Int64
-	srv     *http.Server
-	bufs    sync.Pool // *[]byte, for the tag and the header values
-	lastLog atomic.Int64
+	*serve.Server
+	decide decide.Decider
+	now    func() time.Time
+	refuse atomic.Int64
+	bufs   sync.Pool // *[]byte, for the tag and the header values
 
 	allowed, refused, dryRun, bad atomic.Uint64
-	active, accepted, rejected    atomic.Int64
-	refusing                      atomic.Int64 // connections being answered 503
 }
 
 // New returns a Server that decides through d. It serves nothing until
 // Serve.
-func New(d Decider, cfg Config) *Server {
-	s := &Server{decide: d, now: cfg.Clock, log: cfg.Logger, max: int64(cfg.MaxConns)}
+func New(d decide.Decider, cfg Config) *Server {
+	s := &Server{decide: d, now: cfg.Clock}
 	if s.now == nil {
 		s.now = time.Now
 	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	if s.max <= 0 {
-		s.max = DefaultMaxConns
+	maxConns := cfg.MaxConns
+	if maxConns <= 0 {
+		maxConns = DefaultMaxConns
 	}
 	s.SetRefuseStatus(cfg.RefuseStatus)
 	s.bufs.New = func() any { b := make([]byte, 0, 256); return &b }
-	s.srv = &http.Server{
+	h := newConnHandler(&http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: or(cfg.ReadHeaderTimeout, DefaultReadHeaderTimeout),
 		IdleTimeout:       or(cfg.IdleTimeout, DefaultIdleTimeout),
 		WriteTimeout:      or(cfg.WriteTimeout, DefaultWriteTimeout),
 		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-	}
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	})
+	s.Server = serve.New(h, serve.Config{Name: "http endpoint", MaxConns: maxConns, Busy: busy, Logger: log})
 	return s
 }
 
@@ -141,30 +133,10 @@ func (s *Server) SetRefuseStatus(code int) {
 	s.refuse.Store(int64(code))
 }
 
-// Serve answers requests on l until Shutdown, and returns nil then; any
-// other error from l is returned. Serve may be called for several
-// listeners. l is closed when Serve returns.
-func (s *Server) Serve(l net.Listener) error {
-	err := s.srv.Serve(&limitListener{Listener: l, s: s})
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
-}
-
-// Shutdown stops accepting, closes the listeners, and waits for the
-// requests being answered, until ctx ends; idle keep-alive connections
-// are closed at once. Safe to call twice.
-func (s *Server) Shutdown(ctx context.Context) error {
-	return s.srv.Shutdown(ctx)
-}
-
 // Stats returns the counters.
 func (s *Server) Stats() Stats {
-	return Stats{
-		Allowed: s.allowed.Load(), Refused: s.refused.Load(), DryRun: s.dryRun.Load(), Bad: s.bad.Load(),
-		Active: uint64(s.active.Load()), Accepted: uint64(s.accepted.Load()), Rejected: uint64(s.rejected.Load()),
-	}
+	return Stats{Stats: s.Server.Stats(),
+		Allowed: s.allowed.Load(), Refused: s.refused.Load(), DryRun: s.dryRun.Load(), Bad: s.bad.Load()}
 }
 
 // Shared header values, never modified.

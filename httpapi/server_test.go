@@ -3,6 +3,7 @@ package httpapi
 import (
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"syscall"
@@ -15,7 +16,7 @@ import (
 func TestBurstThenRefused(t *testing.T) {
 	clk := &clock{now: t0}
 	tb := newTable(t, bucket.Policy{Rate: 0.5, Burst: 3})
-	_, addr := serve(t, tb, Config{Clock: clk.Now})
+	_, addr := startServer(t, tb, Config{Clock: clk.Now})
 	c := dial(t, addr)
 	for i, r := range []string{"2", "1", "0"} {
 		resp := c.get("/v1/allow?tag=1.2.3.4")
@@ -39,7 +40,7 @@ func TestBurstThenRefused(t *testing.T) {
 func TestCostAndEscapes(t *testing.T) {
 	clk := &clock{now: t0}
 	tb := newTable(t, bucket.Policy{Rate: 1, Burst: 10}, bucket.Policy{Name: `api "v1"`, Prefix: "api key:", Rate: 2, Burst: 5})
-	_, addr := serve(t, tb, Config{Clock: clk.Now})
+	_, addr := startServer(t, tb, Config{Clock: clk.Now})
 	c := dial(t, addr)
 	want(t, "cost 4", c.get("/v1/allow?cost=4&tag=api+key%3A%E2%82%AC&x=y"), 200,
 		"RateLimit-Policy", `"api \"v1\"";q=5;w=3`, "RateLimit", `"api \"v1\"";r=1;t=2`)
@@ -54,7 +55,7 @@ func TestCostAndEscapes(t *testing.T) {
 func TestRefuseStatus(t *testing.T) {
 	tb := newTable(t, bucket.Policy{Rate: 0.001, Burst: 1}, bucket.Policy{Name: "no", Prefix: "no:", Action: bucket.Deny},
 		bucket.Policy{Name: "yes", Prefix: "yes:", Action: bucket.Allow})
-	s, addr := serve(t, tb, Config{RefuseStatus: 429})
+	s, addr := startServer(t, tb, Config{RefuseStatus: 429})
 	c := dial(t, addr)
 	want(t, "first", c.get("/v1/allow?tag=a"), 200)
 	want(t, "second", c.get("/v1/allow?tag=a"), 429, "Retry-After", "1000")
@@ -69,7 +70,7 @@ func TestRefuseStatus(t *testing.T) {
 
 func TestDryRunMarked(t *testing.T) {
 	tb := newTable(t, bucket.Policy{Rate: 0.001, Burst: 1, DryRun: true})
-	s, addr := serve(t, tb, Config{})
+	s, addr := startServer(t, tb, Config{})
 	c := dial(t, addr)
 	want(t, "first", c.get("/v1/allow?tag=a"), 200, "Dthrottle-Dry-Run", "served", "RateLimit", `"default";r=0;t=1000`)
 	want(t, "second", c.get("/v1/allow?tag=a"), 200, "Dthrottle-Dry-Run", "refused", "RateLimit", `"default";r=0;t=1000`, "Retry-After", "")
@@ -83,7 +84,7 @@ func TestDryRunMarked(t *testing.T) {
 
 func TestBadRequests(t *testing.T) {
 	tb := newTable(t, bucket.Policy{Rate: 1, Burst: 10})
-	s, addr := serve(t, tb, Config{})
+	s, addr := startServer(t, tb, Config{})
 	c := dial(t, addr)
 	want(t, "no tag", c.get("/v1/allow"), 400, "X-Body", "missing tag parameter\n")
 	want(t, "two tags", c.get("/v1/allow?tag=a&tag=b"), 400, "X-Body", "tag given twice\n")
@@ -116,7 +117,7 @@ func TestBadRequests(t *testing.T) {
 
 func TestPipelinedKeepAlive(t *testing.T) {
 	tb := newTable(t, bucket.Policy{Rate: 0.001, Burst: 2})
-	_, addr := serve(t, tb, Config{})
+	_, addr := startServer(t, tb, Config{})
 	c := dial(t, addr)
 	var req strings.Builder
 	for range 4 {
@@ -136,7 +137,7 @@ func TestPipelinedKeepAlive(t *testing.T) {
 
 func TestMaxConns(t *testing.T) {
 	tb := newTable(t, bucket.Policy{Rate: 1, Burst: 10})
-	s, addr := serve(t, tb, Config{MaxConns: 1})
+	s, addr := startServer(t, tb, Config{MaxConns: 1})
 	first := dial(t, addr)
 	want(t, "first", first.get("/v1/allow?tag=a"), 200)
 	second := dial(t, addr)
@@ -160,7 +161,7 @@ func TestMaxConns(t *testing.T) {
 
 func TestSlowClientClosed(t *testing.T) {
 	tb := newTable(t, bucket.Policy{Rate: 1, Burst: 10})
-	_, addr := serve(t, tb, Config{ReadHeaderTimeout: 100 * time.Millisecond, IdleTimeout: 100 * time.Millisecond})
+	_, addr := startServer(t, tb, Config{ReadHeaderTimeout: 100 * time.Millisecond, IdleTimeout: 100 * time.Millisecond})
 	slow := dial(t, addr)
 	slow.send("GET /v1/allow?tag=a HTTP/1.1\r\nHost:")
 	start := time.Now()
@@ -180,7 +181,7 @@ func TestSlowClientClosed(t *testing.T) {
 
 func TestShutdownStopsServing(t *testing.T) {
 	tb := newTable(t, bucket.Policy{Rate: 1, Burst: 10})
-	s, addr := serve(t, tb, Config{})
+	s, addr := startServer(t, tb, Config{})
 	c := dial(t, addr)
 	want(t, "before", c.get("/v1/allow?tag=a"), 200)
 	if err := s.Shutdown(t.Context()); err != nil {
@@ -191,5 +192,58 @@ func TestShutdownStopsServing(t *testing.T) {
 	}
 	if _, err := http.Get("http://" + addr + "/v1/allow?tag=a"); err == nil {
 		t.Error("a request after Shutdown was answered")
+	}
+}
+
+// blockDecider serves every tag; on the tag "block" it signals entered
+// and waits for release.
+type blockDecider struct{ entered, release chan struct{} }
+
+func (d *blockDecider) AllowN(_ time.Time, tag []byte, _ int) bucket.Verdict {
+	if string(tag) == "block" {
+		close(d.entered)
+		<-d.release
+	}
+	return bucket.Verdict{Allowed: true}
+}
+
+// TestShutdownAnswersRequestInFlight: Shutdown waits for the request
+// being decided, which is answered, and then closes its connection.
+func TestShutdownAnswersRequestInFlight(t *testing.T) {
+	d := &blockDecider{entered: make(chan struct{}), release: make(chan struct{})}
+	s, addr := startServer(t, d, Config{})
+	c := dial(t, addr)
+	c.send("GET /v1/allow?tag=block HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-d.entered
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(t.Context()) }()
+	waitClosed := time.Now().Add(5 * time.Second)
+	for {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			break
+		}
+		nc.Close()
+		if time.Now().After(waitClosed) {
+			t.Fatal("still accepting after Shutdown began")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned %v while a request was being decided", err)
+	default:
+	}
+	close(d.release)
+	resp := c.read("GET")
+	want(t, "in flight", resp, 200, "X-Body", "OK\n")
+	if !resp.Close {
+		t.Error("the answer during shutdown left the connection open")
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if st := s.Stats(); st.Active != 0 || st.Allowed != 1 {
+		t.Errorf("stats %+v: want 1 allowed, none active", st)
 	}
 }

@@ -127,37 +127,3 @@ func TestAcceptFatalError(t *testing.T) {
 		t.Errorf("other listener: %q, want OK", got)
 	}
 }
-
-func TestNextBackoff(t *testing.T) {
-	want := []time.Duration{5, 10, 20, 40, 80, 160, 320, 640, 1000, 1000}
-	var d time.Duration
-	for i, w := range want {
-		d = nextBackoff(d)
-		if d != w*time.Millisecond {
-			t.Errorf("step %d: got %v, want %v", i, d, w*time.Millisecond)
-		}
-	}
-}
-
-func TestEverySecond(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	steps := []struct {
-		at   time.Duration // since t0
-		want bool
-	}{
-		{0, true},
-		{10 * time.Millisecond, false},
-		{999 * time.Millisecond, false},
-		{time.Second, true},
-		{1500 * time.Millisecond, false},
-		{500 * time.Millisecond, true}, // the clock stepped back
-		{600 * time.Millisecond, false},
-		{5 * time.Second, true},
-	}
-	var e everySecond
-	for i, st := range steps {
-		if got := e.allow(t0.Add(st.at)); got != st.want {
-			t.Errorf("step %d: got %v, want %v", i, got, st.want)
-		}
-	}
-}

@@ -28,6 +28,7 @@ type conn struct {
 	decider Decider
 	batch   *batcher // nil unless decider is a BatchDecider
 	maxLine int
+	now     func() time.Time
 	log     *slog.Logger
 	stats   *counters
 
@@ -43,8 +44,9 @@ type conn struct {
 	_       [56]byte // keeps the next allocation's writes off queries' line
 }
 
-// newConn returns a conn serving nc with lines of at most maxLine bytes.
-func newConn(nc net.Conn, d Decider, maxLine int, stats *counters, log *slog.Logger) *conn {
+// newConn returns a conn serving nc with lines of at most maxLine bytes,
+// deciding at the time now gives.
+func newConn(nc net.Conn, d Decider, maxLine int, now func() time.Time, stats *counters, log *slog.Logger) *conn {
 	small := make([]byte, min(readBufSize, maxLine+1))
 	var b *batcher
 	if bd, ok := d.(BatchDecider); ok {
@@ -55,6 +57,7 @@ func newConn(nc net.Conn, d Decider, maxLine int, stats *counters, log *slog.Log
 		nc:      nc,
 		decider: d,
 		maxLine: maxLine,
+		now:     now,
 		log:     log,
 		stats:   stats,
 		small:   small,
@@ -73,7 +76,7 @@ func (c *conn) serve() {
 		n, err := c.nc.Read(c.buf[c.w:])
 		if n > 0 {
 			c.w += n
-			if !c.answer(time.Now()) {
+			if !c.answer(c.now()) {
 				return
 			}
 			// Everything buffered now is one partial line.
@@ -131,7 +134,7 @@ func (c *conn) answer(now time.Time) bool {
 func (c *conn) answerLast() {
 	if c.w > c.r {
 		tag := trimCR(c.buf[c.r:c.w])
-		c.out = appendReply(c.out, decide(c.decider, time.Now(), tag))
+		c.out = appendReply(c.out, decide(c.decider, c.now(), tag))
 		c.r = c.w
 		c.queries.Store(c.queries.Load() + 1)
 	}

@@ -63,7 +63,7 @@ func (fakeAddr) String() string  { return "fake" }
 func serveFake(d Decider, maxLine int, chunks ...[]byte) (*fakeConn, *conn, *counters) {
 	fc := &fakeConn{chunks: chunks}
 	var st counters
-	c := newConn(fc, d, maxLine, &st, slog.New(slog.DiscardHandler))
+	c := newConn(fc, d, maxLine, time.Now, &st, slog.New(slog.DiscardHandler))
 	c.serve()
 	return fc, c, &st
 }

@@ -4,7 +4,9 @@
 // each a throttling tag followed by '\n'. Every request gets exactly one
 // reply, "OK\n" or "NO\n", in request order. A client may pipeline: send any
 // number of requests before reading a reply. The package knows nothing of
-// buckets; each answer comes from the [Decider] given to [NewServer].
+// buckets; each answer comes from the [Decider] given to [NewServer]. It
+// says only what is spoken on a connection: accepting, the connection
+// limit and shutdown are package serve's, of which a [Server] is made.
 //
 // # Requests
 //

@@ -17,8 +17,9 @@ import (
 type conn struct {
 	s        *Server
 	nc       net.Conn
-	in       []byte // frames read and not yet handled, at most maxFrame+4 bytes
-	out      []byte // frames to write
+	done     <-chan struct{} // closed when shutdown begins
+	in       []byte          // frames read and not yet handled, at most maxFrame+4 bytes
+	out      []byte          // frames to write
 	msgs     []message
 	tag      []byte    // a tag made text (an address, a number)
 	val      []byte    // a variable's value being made
@@ -80,7 +81,7 @@ func (c *conn) serve() {
 			c.nc.SetReadDeadline(deadline)
 			c.rdl = deadline
 		}
-		if c.s.shuttingDown() { // after the deadline: stop may have set its own before
+		if c.shuttingDown() { // after the deadline: shutdown may have set its own before
 			c.disconnect(statusNormal)
 			return
 		}
@@ -117,6 +118,16 @@ func (c *conn) serve() {
 	}
 }
 
+// shuttingDown reports whether the server's shutdown began.
+func (c *conn) shuttingDown() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // grow enlarges the read buffer for a frame longer than it holds; the
 // frame's length was checked against maxFrame before, so the buffer never
 // passes maxFrame+4 bytes.
@@ -135,7 +146,7 @@ func (c *conn) grow() {
 // a peer that closed, or a shutdown, is normal.
 func (c *conn) readError(err error) {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		if c.s.shuttingDown() {
+		if c.shuttingDown() {
 			c.disconnect(statusNormal)
 			return
 		}

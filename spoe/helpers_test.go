@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/decide"
 )
 
 // The HAProxy side of SPOP, as much as the tests need: frames built by
@@ -187,7 +188,7 @@ func start(t *testing.T, cfg Config) (*Server, string) {
 
 var t0 = time.Unix(1_700_000_000, 0)
 
-func startWith(t *testing.T, d Decider, cfg Config) (*Server, string) {
+func startWith(t *testing.T, d decide.Decider, cfg Config) (*Server, string) {
 	t.Helper()
 	if cfg.Clock == nil {
 		cfg.Clock = func() time.Time { return t0 }
@@ -241,7 +242,7 @@ func send(t *testing.T, c net.Conn, b ...[]byte) {
 	}
 }
 
-// recorder is a Decider that serves everything and keeps the tags and
+// recorder is a decide.Decider that serves everything and keeps the tags and
 // costs it was asked.
 type recorder struct {
 	mu    sync.Mutex

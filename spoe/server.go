@@ -17,28 +17,21 @@
 // each end their connection with an AGENT-DISCONNECT where one can be
 // sent; a connection over MaxConns is answered with an AGENT-DISCONNECT
 // and closed. A connection's memory is bounded by the frame size. It
-// decides through a [Decider] it is given, which *bucket.Table is.
+// decides through a [decide.Decider] it is given, which *bucket.Table is.
+// Accepting connections, their limit and shutdown are package serve's, of
+// which a [Server] is made.
 package spoe
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/decide"
+	"github.com/dthrottle/dthrottle/serve"
 )
-
-// Decider decides a query costing n tokens for tag at now. *bucket.Table
-// is one. It must be safe for concurrent use and must not retain tag.
-type Decider interface {
-	AllowN(now time.Time, tag []byte, n int) bucket.Verdict
-}
 
 // Defaults for the zero fields of Config.
 const (
@@ -52,9 +45,6 @@ const (
 
 // minFrameSize is the smallest frame size SPOP allows.
 const minFrameSize = 256
-
-// closeGrace bounds the answer to a connection over MaxConns.
-const closeGrace = 100 * time.Millisecond
 
 // Config configures a Server. The zero Config is usable: every zero field
 // takes its default.
@@ -79,11 +69,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Stats are a Server's counters since New.
+// Stats are a Server's counters since New: a plain value, whose zero
+// value is a server that has served nothing.
 type Stats struct {
-	Accepted     uint64 // connections taken into service
-	Rejected     uint64 // connections refused because MaxConns were open
-	Active       uint64 // connections open now
+	serve.Stats         // connections: accepted, rejected (refused over MaxConns), active
 	Frames       uint64 // frames received whole
 	Notifies     uint64 // NOTIFY frames answered
 	Allowed      uint64 // messages served, dry runs included
@@ -97,35 +86,27 @@ type Stats struct {
 	HealthChecks uint64 // HELLOs of HAProxy's health checks
 }
 
-// Server is the SPOE agent. Create it with New, serve listeners with
-// Serve, stop it with Shutdown or Close. It is safe for concurrent use.
+// Server is the SPOE agent: a serve.Server (Serve, Shutdown, Close) whose
+// handler speaks SPOP. Create it with New. It is safe for concurrent use;
+// the zero Server is not usable.
 type Server struct {
-	decide   Decider
+	*serve.Server
+	decide   decide.Decider
 	now      func() time.Time
 	log      *slog.Logger
 	cfg      Config
 	maxFrame int
-	lastLog  atomic.Int64
 
 	stats struct {
-		accepted, rejected, frames, notifies, allowed, refused, dryRun, bad atomic.Uint64
-		badFrames, tooBig, timeouts, writeErrors, healthChecks              atomic.Uint64
-		active, refusing                                                    atomic.Int64
+		frames, notifies, allowed, refused, dryRun, bad        atomic.Uint64
+		badFrames, tooBig, timeouts, writeErrors, healthChecks atomic.Uint64
 	}
-
-	mu        sync.Mutex
-	closed    bool
-	listeners map[net.Listener]struct{}
-	conns     map[*conn]struct{}
-	wg        sync.WaitGroup
-	done      chan struct{} // closed when shutdown begins
 }
 
 // New returns a Server that decides through d. It serves nothing until
 // Serve.
-func New(d Decider, cfg Config) *Server {
-	s := &Server{decide: d, now: cfg.Clock, log: cfg.Logger, cfg: cfg,
-		listeners: make(map[net.Listener]struct{}), conns: make(map[*conn]struct{}), done: make(chan struct{})}
+func New(d decide.Decider, cfg Config) *Server {
+	s := &Server{decide: d, now: cfg.Clock, log: cfg.Logger, cfg: cfg}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -138,6 +119,10 @@ func New(d Decider, cfg Config) *Server {
 	s.cfg.FrameTimeout = or(cfg.FrameTimeout, DefaultFrameTimeout)
 	s.cfg.IdleTimeout = or(cfg.IdleTimeout, DefaultIdleTimeout)
 	s.cfg.WriteTimeout = or(cfg.WriteTimeout, DefaultWriteTimeout)
+	// A connection over the limit hears an AGENT-DISCONNECT (resource
+	// allocation error), so HAProxy says why in its log.
+	s.Server = serve.New(serve.HandlerFunc(s.serveConn), serve.Config{Name: "spoe", MaxConns: s.cfg.MaxConns,
+		Busy: appendDisconnect(nil, statusResources), Logger: s.log})
 	return s
 }
 
@@ -155,178 +140,14 @@ func orInt(n, def int) int {
 	return def
 }
 
-// Serve accepts connections on l until Shutdown or Close, and returns nil
-// then; any other accept error is returned. Serve may be called for
-// several listeners. l is closed when Serve returns.
-func (s *Server) Serve(l net.Listener) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		l.Close()
-		return nil
-	}
-	s.listeners[l] = struct{}{}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.listeners, l)
-		s.mu.Unlock()
-		l.Close()
-	}()
-	var delay time.Duration
-	for {
-		nc, err := l.Accept()
-		if err != nil {
-			if s.shuttingDown() {
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				s.log.Warn("spoe: accept failed, retrying", "addr", l.Addr().String(), "err", err, "delay", delay)
-				select {
-				case <-time.After(delay):
-				case <-s.done:
-					return nil
-				}
-				continue
-			}
-			return fmt.Errorf("spoe: accept on %s: %w", l.Addr(), err)
-		}
-		delay = 0
-		s.admit(nc)
-	}
-}
-
-// admit serves nc, or answers it with an AGENT-DISCONNECT when MaxConns
-// connections are open, or closes it when shutting down.
-func (s *Server) admit(nc net.Conn) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		nc.Close()
-		return
-	}
-	if len(s.conns) >= s.cfg.MaxConns {
-		s.mu.Unlock()
-		s.reject(nc)
-		return
-	}
-	c := &conn{s: s, nc: nc}
-	s.conns[c] = struct{}{}
-	s.stats.active.Add(1)
-	s.stats.accepted.Add(1)
-	s.wg.Add(1)
-	s.mu.Unlock()
-	go func() {
-		defer s.wg.Done()
-		c.serve()
-		nc.Close()
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		s.stats.active.Add(-1)
-	}()
-}
-
-// maxRefusing bounds the connections being answered at once for being
-// over the limit; past it, one is closed without an answer.
-const maxRefusing = 64
-
-// reject answers a connection over MaxConns with an AGENT-DISCONNECT
-// (resource allocation error), lets HAProxy read it, and closes it.
-func (s *Server) reject(nc net.Conn) {
-	s.stats.rejected.Add(1)
-	if now := time.Now().UnixNano(); now-s.lastLog.Load() >= int64(time.Second) {
-		s.lastLog.Store(now)
-		s.log.Warn("spoe: connection over max_conns refused", "max_conns", s.cfg.MaxConns,
-			"rejected", s.stats.rejected.Load(), "remote", nc.RemoteAddr().String())
-	}
-	if s.stats.refusing.Add(1) > maxRefusing {
-		s.stats.refusing.Add(-1)
-		nc.Close()
-		return
-	}
-	go func() {
-		defer s.stats.refusing.Add(-1)
-		defer nc.Close()
-		nc.SetDeadline(time.Now().Add(closeGrace))
-		if _, err := nc.Write(appendDisconnect(nil, statusResources)); err != nil {
-			return
-		}
-		if cw, ok := nc.(interface{ CloseWrite() error }); ok {
-			cw.CloseWrite()
-		}
-		var buf [512]byte
-		for range 32 { // at most 16 KiB, until HAProxy closes
-			if _, err := nc.Read(buf[:]); err != nil {
-				return
-			}
-		}
-	}()
-}
-
-// Shutdown stops accepting, closes the listeners, and interrupts every
-// connection's wait for frames: each answers the frames it has read,
-// sends an AGENT-DISCONNECT and closes. Shutdown waits for them until ctx
-// ends, and then cuts off their writes. Safe to call twice.
-func (s *Server) Shutdown(ctx context.Context) error {
-	s.stop()
-	idle := make(chan struct{})
-	go func() {
-		s.wg.Wait()
-		close(idle)
-	}()
-	select {
-	case <-idle:
-		return nil
-	case <-ctx.Done():
-		s.mu.Lock()
-		for c := range s.conns {
-			c.nc.SetDeadline(time.Unix(1, 0))
-		}
-		s.mu.Unlock()
-		<-idle
-		return ctx.Err()
-	}
-}
-
-// Close is Shutdown with a grace of closeGrace.
-func (s *Server) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), closeGrace)
-	defer cancel()
-	if err := s.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return nil
-}
-
-// stop marks the server closed, closes its listeners and interrupts the
-// connections' reads, once.
-func (s *Server) stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	s.closed = true
-	close(s.done)
-	for l := range s.listeners {
-		l.Close()
-	}
-	for c := range s.conns {
-		c.nc.SetReadDeadline(time.Unix(1, 0))
-	}
-}
-
-// shuttingDown reports whether Shutdown or Close began.
-func (s *Server) shuttingDown() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
+// serveConn speaks SPOP on nc until it ends; the end of ctx (shutdown)
+// interrupts its wait for frames, and it answers the frames it has read,
+// sends an AGENT-DISCONNECT and returns.
+func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
+	stop := serve.InterruptReads(ctx, nc)
+	defer stop()
+	c := &conn{s: s, nc: nc, done: ctx.Done()}
+	c.serve()
 }
 
 // add adds a connection's batch counts to the server's, and zeroes them.
@@ -356,22 +177,9 @@ func (s *Server) add(c *counts) {
 func (s *Server) Stats() Stats {
 	st := &s.stats
 	return Stats{
-		Accepted: st.accepted.Load(), Rejected: st.rejected.Load(), Active: uint64(max(st.active.Load(), 0)),
+		Stats:  s.Server.Stats(),
 		Frames: st.frames.Load(), Notifies: st.notifies.Load(), Allowed: st.allowed.Load(), Refused: st.refused.Load(),
 		DryRun: st.dryRun.Load(), Bad: st.bad.Load(), BadFrames: st.badFrames.Load(), TooBig: st.tooBig.Load(),
 		Timeouts: st.timeouts.Load(), WriteErrors: st.writeErrors.Load(), HealthChecks: st.healthChecks.Load(),
 	}
-}
-
-// isTemporary reports whether an accept error may go away by itself.
-func isTemporary(err error) bool {
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		switch errno {
-		case syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM,
-			syscall.ECONNABORTED, syscall.ECONNRESET, syscall.EINTR, syscall.EAGAIN, syscall.EPROTO, syscall.EPERM:
-			return true
-		}
-	}
-	return false
 }

@@ -44,19 +44,11 @@ func (d *Daemon) snapshot() admin.Snapshot {
 		Version:        d.version,
 		Started:        d.started,
 		Table:          d.table.Stats(),
-		Server:         d.server.Stats(),
 		Policies:       d.table.PolicyStats(),
 		Reloads:        reloads,
 		ReloadFailures: failures,
 	}
-	if d.http != nil {
-		h := d.http.srv.Stats()
-		s.HTTP = &h
-	}
-	if d.spoe != nil {
-		sp := d.spoe.srv.Stats()
-		s.SPOE = &sp
-	}
+	d.waysStats(&s)
 	if stateOn {
 		st := d.StateStats()
 		s.State = &st

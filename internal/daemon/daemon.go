@@ -1,5 +1,6 @@
-// Package daemon is a running dthrottled: the tag table, the line server
-// and its listeners, the gossip with the peers and the admin endpoint,
+// Package daemon is a running dthrottled: the tag table, the ways in (the
+// line protocol, the HTTP decision endpoint, the SPOE agent: see ways.go)
+// and their listeners, the gossip with the peers and the admin endpoint,
 // wired together. It owns start, reload and stop; cmd/dthrottled only
 // parses flags, loads the config, handles signals and talks to systemd.
 //
@@ -11,8 +12,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -23,7 +22,6 @@ import (
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/config"
 	"github.com/dthrottle/dthrottle/gossip"
-	"github.com/dthrottle/dthrottle/protocol"
 )
 
 // Options is what New needs besides the config. Only Config is required;
@@ -42,7 +40,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Level, when set, follows log.level across reloads.
 	Level *slog.LevelVar
-	// Clock gives the time every decision is taken at; nil is time.Now.
+	// Clock gives the time every decision is taken at, by every way in;
+	// nil is time.Now.
 	Clock func() time.Time
 	// Notifier is told when the daemon is ready, reloading and stopping;
 	// nil tells no one.
@@ -91,17 +90,13 @@ type Daemon struct {
 	watchdog time.Duration
 	onEvent  func(Event)
 	version  string
-	ownClock bool // Clock was injected: decisions ignore the line server's time
 
-	table     *bucket.Table
-	server    *protocol.Server
-	gossip    *gossipRun    // nil when no group and no peers are configured
-	admin     *admin.Server // nil unless admin.http is set
-	http      *httpRun      // nil unless http.listen is set
-	spoe      *spoeRun      // nil unless spoe.listen is set
-	listeners []NamedListener
-	unlock    func() // releases the Unix socket's lock file
-	failed    chan error
+	table  *bucket.Table
+	ways   []*way          // the ways in the config turns on, in the order of ways
+	passed []NamedListener // Options.Listeners, for the line protocol
+	gossip *gossipRun      // nil when no group and no peers are configured
+	admin  *admin.Server   // nil unless admin.http is set
+	failed chan error
 
 	stateMu sync.Mutex // guards state
 	state   StateStats
@@ -113,20 +108,21 @@ type Daemon struct {
 	closeErr                error
 }
 
-// New builds a daemon from a validated config: the table, the listeners
-// (unless given), the gossip node and the admin endpoint. It serves nothing
+// New builds a daemon from a validated config: the table, the ways in and
+// their listeners (the line protocol's unless given), the gossip node and
+// the admin endpoint. It serves nothing
 // until Run. On error, nothing is left open.
 func New(opts Options) (_ *Daemon, err error) {
 	cfg := opts.Config
 	d := &Daemon{
 		log: opts.Logger, level: opts.Level, path: opts.Path, now: opts.Clock,
 		notify: opts.Notifier, watchdog: opts.WatchdogEvery, onEvent: opts.OnEvent,
-		version: opts.Version, cfg: cfg, unlock: func() {}, failed: make(chan error, 4),
+		version: opts.Version, cfg: cfg, passed: opts.Listeners, failed: make(chan error, 4),
 	}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
-	if d.ownClock = d.now != nil; !d.ownClock {
+	if d.now == nil {
 		d.now = time.Now
 	}
 	if d.notify == nil {
@@ -140,35 +136,15 @@ func New(opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.loadState(cfg)
-	defer func() {
-		if err != nil {
-			d.closeListeners()
-		}
-	}()
-	if len(opts.Listeners) > 0 {
-		d.listeners = opts.Listeners
-		for _, l := range d.listeners {
-			d.log.Info("listening on a socket passed by systemd", "name", l.Name, l.Addr().Network(), l.Addr().String())
-		}
-		d.log.Info("socket activation: listen.unix and listen.tcp are not used")
-	} else if err := d.listen(cfg.Listen); err != nil {
+	if err := d.openWays(cfg); err != nil {
 		return nil, err
 	}
 	if d.gossip, err = d.startGossip(cfg, opts.Transports); err != nil {
+		d.closeWays()
 		return nil, err
 	}
-	warnFewFiles(cfg.Listen.MaxConns, d.log)
-	d.server = protocol.NewServer(d.decider(), protocol.Config{MaxConns: cfg.Listen.MaxConns, Logger: d.log})
-	err = d.openHTTP(cfg)
-	if err == nil {
-		err = d.openSPOE(cfg)
-	}
-	if err == nil {
-		err = d.startAdmin(cfg.Admin)
-	}
-	if err != nil {
-		d.stopHTTP(context.Background())
-		d.stopSPOE(context.Background())
+	if err := d.startAdmin(cfg.Admin); err != nil {
+		d.closeWays()
 		if d.gossip != nil {
 			d.gossip.node.Stop(context.Background())
 		}
@@ -181,15 +157,7 @@ func New(opts Options) (_ *Daemon, err error) {
 // meanwhile. It returns nil when ctx ended it and the listener's error
 // otherwise; either way, Close stops the daemon.
 func (d *Daemon) Run(ctx context.Context) error {
-	for _, l := range d.listeners {
-		go func(l net.Listener) {
-			if err := d.server.Serve(l); err != nil {
-				d.failed <- fmt.Errorf("serving %s: %w", l.Addr(), err)
-			}
-		}(l.Listener)
-	}
-	d.serveHTTP()
-	d.serveSPOE()
+	d.serveWays()
 	cfg := d.Config()
 	if d.gossip != nil {
 		d.gossip.node.Start()
@@ -225,12 +193,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 }
 
-// Close stops accepting and lets every connection answer what it has read,
-// for up to grace; a client that does not read its replies is then cut
-// off, which is logged but not an error. Then it reports the hits not yet
-// reported, so a clean stop loses no served hit, and closes the listeners
-// and the admin endpoint, in that order. Safe to call twice: the second
-// call returns the first one's result.
+// Close stops accepting on every way in and lets every connection answer
+// what it has read, for up to grace; a client that does not read its
+// replies is then cut off, which is logged but not an error. Then it
+// reports the hits not yet reported, so a clean stop loses no served hit,
+// and closes the listeners and the admin endpoint, in that order. Safe to
+// call twice: the second call returns the first one's result.
 func (d *Daemon) Close(grace time.Duration) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -241,12 +209,7 @@ func (d *Daemon) Close(grace time.Duration) error {
 	d.notify.Stopping()
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	d.stopHTTP(ctx)
-	d.stopSPOE(ctx)
-	if err := d.server.Shutdown(ctx); err != nil {
-		d.log.Warn("stop: connections not reading their replies were cut off", "grace", grace,
-			"connections", d.server.Stats().Active, "err", err)
-	}
+	d.stopWays(ctx, grace)
 	d.event(Event{Kind: Stopped, Stage: StageQueries})
 	if d.cfg.State.File != "" {
 		d.saveState(d.cfg)
@@ -258,7 +221,7 @@ func (d *Daemon) Close(grace time.Duration) error {
 		d.closeErr = d.gossip.node.Stop(gctx)
 		d.event(Event{Kind: Stopped, Stage: StageGossip, Err: d.closeErr})
 	}
-	d.closeListeners()
+	d.closeWays()
 	d.event(Event{Kind: Stopped, Stage: StageListeners})
 	if d.admin != nil {
 		d.admin.Close()
@@ -266,19 +229,6 @@ func (d *Daemon) Close(grace time.Duration) error {
 	}
 	d.log.Info("stopped")
 	return d.closeErr
-}
-
-// closeListeners closes the listeners (a Unix listener this process
-// created removes its socket file) and then releases the socket's lock.
-// Safe to call twice.
-func (d *Daemon) closeListeners() {
-	for _, l := range d.listeners {
-		if err := l.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			d.log.Warn("closing a listener", "addr", l.Addr().String(), "err", err)
-		}
-	}
-	d.unlock()
-	d.unlock = func() {}
 }
 
 // Healthy reports whether the table answers: every shard's lock can be
@@ -304,51 +254,12 @@ func (d *Daemon) Config() config.Config {
 	return d.cfg
 }
 
-// Addrs are the addresses the query protocol is served on.
-func (d *Daemon) Addrs() []net.Addr {
-	out := make([]net.Addr, len(d.listeners))
-	for i, l := range d.listeners {
-		out[i] = l.Addr()
-	}
-	return out
-}
-
 // AdminAddr is the admin endpoint's address, nil when it is off.
 func (d *Daemon) AdminAddr() net.Addr {
 	if d.admin == nil {
 		return nil
 	}
 	return d.admin.Addr()
-}
-
-// decider lets the line server ask the table, at the daemon's clock.
-func (d *Daemon) decider() protocol.Decider {
-	if !d.ownClock {
-		return decider{d.table}
-	}
-	return clockDecider{d.table, d.now}
-}
-
-// decider asks the table at the time the line server read the query.
-type decider struct{ t *bucket.Table }
-
-func (d decider) Decide(now time.Time, tag []byte) bool { return d.t.Allow(now, tag) }
-
-// DecideBatch hands the table a whole pipelined batch, which it decides
-// shard by shard.
-func (d decider) DecideBatch(now time.Time, tags [][]byte, ok []bool) { d.t.AllowBatch(now, tags, ok) }
-
-// clockDecider asks the table at an injected clock's time, for tests that
-// drive time by hand.
-type clockDecider struct {
-	t   *bucket.Table
-	now func() time.Time
-}
-
-func (d clockDecider) Decide(_ time.Time, tag []byte) bool { return d.t.Allow(d.now(), tag) }
-
-func (d clockDecider) DecideBatch(_ time.Time, tags [][]byte, ok []bool) {
-	d.t.AllowBatch(d.now(), tags, ok)
 }
 
 // silent is the Notifier that tells no one.

@@ -14,8 +14,9 @@ import (
 	"github.com/dthrottle/dthrottle/config"
 )
 
-// listen opens the configured Unix and TCP listeners.
-func (d *Daemon) listen(cfg config.Listen) error {
+// listen opens the configured Unix and TCP listeners of the line
+// protocol's way in w. On error, nothing is left open.
+func (d *Daemon) listen(w *way, cfg config.Listen) error {
 	if cfg.Unix != "" {
 		c := config.Config{Listen: cfg}
 		mode := c.UnixModeBits()
@@ -23,15 +24,19 @@ func (d *Daemon) listen(cfg config.Listen) error {
 		if err != nil {
 			return err
 		}
-		d.listeners, d.unlock = append(d.listeners, NamedListener{l, "unix"}), unlock
+		w.listeners, w.unlock = append(w.listeners, NamedListener{l, "unix"}), unlock
 		d.log.Info("listening", "unix", cfg.Unix, "mode", fmt.Sprintf("%#o", mode), "group", cfg.UnixGroup)
 	}
 	if cfg.TCP != "" {
 		l, err := net.Listen("tcp", cfg.TCP)
 		if err != nil {
+			for _, l := range w.listeners {
+				l.Close()
+			}
+			w.unlock()
 			return fmt.Errorf("listening on tcp %s: %w", cfg.TCP, err)
 		}
-		d.listeners = append(d.listeners, NamedListener{l, "tcp"})
+		w.listeners = append(w.listeners, NamedListener{l, "tcp"})
 		d.log.Info("listening", "tcp", l.Addr().String())
 		if ta, ok := l.Addr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
 			d.log.Warn("tcp listener is reachable from other hosts: anyone who can connect can spend tags", "tcp", l.Addr().String())
@@ -135,21 +140,23 @@ func removeStale(path string) error {
 	return nil
 }
 
-// listenEndpoint opens the listener of a request endpoint (the HTTP
-// decision endpoint, the SPOE agent), named what in errors and logs: a
-// Unix socket with listen.unix_mode and listen.unix_group, whose lock
-// unlock releases, or TCP, warned about when other hosts can reach it.
-func (d *Daemon) listenEndpoint(what, network, addr string, cfg config.Config) (l net.Listener, unlock func(), err error) {
-	unlock = func() {}
+// openEndpoint opens the listener of a way in with a socket of its own
+// (http.listen, spoe.listen), named what in errors and logs: a Unix
+// socket with listen.unix_mode and listen.unix_group, whose lock the way
+// releases once it is closed, or TCP, warned about when other hosts can
+// reach it. The caller adds the server.
+func (d *Daemon) openEndpoint(what, network, addr string, cfg config.Config) (*way, error) {
+	l, unlock := net.Listener(nil), func() {}
+	var err error
 	if network == "unix" {
 		if l, unlock, err = listenUnix(addr, cfg.UnixModeBits(), cfg.Listen.UnixGroup); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", what, err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 	} else if l, err = net.Listen("tcp", addr); err != nil {
-		return nil, nil, fmt.Errorf("%s: listening on tcp %s: %w", what, addr, err)
+		return nil, fmt.Errorf("%s: listening on tcp %s: %w", what, addr, err)
 	}
 	if ta, ok := l.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
 		d.log.Warn(what+" is reachable from other hosts: anyone who can connect can spend tags", "addr", l.Addr().String())
 	}
-	return l, unlock, nil
+	return &way{name: what, listeners: []NamedListener{{l, network}}, unlock: unlock}, nil
 }

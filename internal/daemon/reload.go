@@ -80,9 +80,7 @@ func (d *Daemon) reload() ([]string, error) {
 			return nil, err
 		}
 	}
-	if d.http != nil {
-		d.http.srv.SetRefuseStatus(next.HTTP.RefuseStatus)
-	}
+	d.reloadWays(next)
 	if d.level != nil {
 		d.level.Set(next.Log.SlogLevel())
 	}

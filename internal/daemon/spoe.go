@@ -1,84 +1,47 @@
 package daemon
 
 import (
-	"context"
-	"fmt"
 	"net"
 
+	"github.com/dthrottle/dthrottle/admin"
 	"github.com/dthrottle/dthrottle/config"
 	"github.com/dthrottle/dthrottle/spoe"
 )
 
-// spoeRun is the SPOE agent while it runs: the server, its listener, and
-// the release of a Unix socket's lock.
-type spoeRun struct {
-	srv    *spoe.Server
-	l      net.Listener
-	unlock func()
-}
+// waySPOE names the SPOE agent's way in.
+const waySPOE = "spoe agent"
 
-// openSPOE opens the SPOE agent's listener when spoe.listen is set; it
-// answers from the daemon's table once Run serves it. A Unix socket takes
-// listen.unix_mode and listen.unix_group.
-func (d *Daemon) openSPOE(cfg config.Config) error {
+// openSPOE opens the SPOE agent when spoe.listen is set; it answers from
+// the daemon's table once Run serves it. A Unix socket takes
+// listen.unix_mode and listen.unix_group. Nothing of it changes on reload.
+func (d *Daemon) openSPOE(cfg config.Config) (*way, error) {
 	if cfg.SPOE.Listen == "" {
-		return nil
+		return nil, nil
 	}
-	r := &spoeRun{}
 	network, addr := cfg.SPOE.Network()
-	var err error
-	if r.l, r.unlock, err = d.listenEndpoint("spoe agent", network, addr, cfg); err != nil {
-		return err
+	w, err := d.openEndpoint(waySPOE, network, addr, cfg)
+	if err != nil {
+		return nil, err
 	}
-	sc := spoe.Config{MaxConns: cfg.SPOE.MaxConns, Logger: d.log}
-	if d.ownClock {
-		sc.Clock = d.now
+	srv := spoe.New(d.table, spoe.Config{MaxConns: cfg.SPOE.MaxConns, Clock: d.now, Logger: d.log})
+	w.srv = srv.Server
+	w.stats = func(s *admin.Snapshot) {
+		st := srv.Stats()
+		s.SPOE = &st
 	}
-	r.srv = spoe.New(d.table, sc)
-	d.spoe = r
-	d.log.Info("spoe agent", network, r.l.Addr().String())
-	return nil
-}
-
-// serveSPOE serves the agent until stopSPOE.
-func (d *Daemon) serveSPOE() {
-	if d.spoe == nil {
-		return
-	}
-	go func() {
-		if err := d.spoe.srv.Serve(d.spoe.l); err != nil {
-			d.failed <- fmt.Errorf("spoe agent: %w", err)
-		}
-	}()
-}
-
-// stopSPOE stops taking connections and lets each answer the frames it
-// has read, until ctx ends; then a Unix socket's lock is released. Safe to
-// call twice, and before serveSPOE.
-func (d *Daemon) stopSPOE(ctx context.Context) {
-	if d.spoe == nil {
-		return
-	}
-	if err := d.spoe.srv.Shutdown(ctx); err != nil {
-		d.log.Warn("stop: spoe connections still answering were cut off", "err", err)
-	}
-	d.spoe.l.Close()
-	d.spoe.unlock()
-	d.spoe.unlock = func() {}
+	d.log.Info("spoe agent", network, w.addr().String())
+	return w, nil
 }
 
 // SPOEAddr is the SPOE agent's address, nil when it is off.
-func (d *Daemon) SPOEAddr() net.Addr {
-	if d.spoe == nil {
-		return nil
-	}
-	return d.spoe.l.Addr()
-}
+func (d *Daemon) SPOEAddr() net.Addr { return d.way(waySPOE).addr() }
 
 // SPOEStats are the SPOE agent's counters; zero when it is off.
 func (d *Daemon) SPOEStats() spoe.Stats {
-	if d.spoe == nil {
-		return spoe.Stats{}
+	var s admin.Snapshot
+	if w := d.way(waySPOE); w != nil {
+		w.stats(&s)
+		return *s.SPOE
 	}
-	return d.spoe.srv.Stats()
+	return spoe.Stats{}
 }

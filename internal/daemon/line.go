@@ -1,0 +1,54 @@
+package daemon
+
+import (
+	"net"
+	"time"
+
+	"github.com/dthrottle/dthrottle/admin"
+	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/config"
+	"github.com/dthrottle/dthrottle/protocol"
+)
+
+// wayLine names the line protocol's way in.
+const wayLine = "line protocol"
+
+// openLine opens the line protocol's way in: on the listeners systemd
+// passed, if any, else on listen.unix and listen.tcp. It is always on.
+func (d *Daemon) openLine(cfg config.Config) (*way, error) {
+	w := &way{name: wayLine, unlock: func() {}}
+	if len(d.passed) > 0 {
+		w.listeners = d.passed
+		for _, l := range w.listeners {
+			d.log.Info("listening on a socket passed by systemd", "name", l.Name, l.Addr().Network(), l.Addr().String())
+		}
+		d.log.Info("socket activation: listen.unix and listen.tcp are not used")
+	} else if err := d.listen(w, cfg.Listen); err != nil {
+		return nil, err
+	}
+	warnFewFiles(cfg.Listen.MaxConns, d.log)
+	srv := protocol.NewServer(decider{d.table}, protocol.Config{MaxConns: cfg.Listen.MaxConns, Clock: d.now, Logger: d.log})
+	w.srv = srv.Server
+	w.stats = func(s *admin.Snapshot) { s.Server = srv.Stats() }
+	return w, nil
+}
+
+// Addrs are the addresses the query protocol is served on.
+func (d *Daemon) Addrs() []net.Addr {
+	w := d.way(wayLine)
+	out := make([]net.Addr, len(w.listeners))
+	for i, l := range w.listeners {
+		out[i] = l.Addr()
+	}
+	return out
+}
+
+// decider lets the line server ask the table, at the time it read the
+// query (the daemon's clock).
+type decider struct{ t *bucket.Table }
+
+func (d decider) Decide(now time.Time, tag []byte) bool { return d.t.Allow(now, tag) }
+
+// DecideBatch hands the table a whole pipelined batch, which it decides
+// shard by shard.
+func (d decider) DecideBatch(now time.Time, tags [][]byte, ok []bool) { d.t.AllowBatch(now, tags, ok) }
