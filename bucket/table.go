@@ -51,6 +51,10 @@ const (
 	// MaxPolicies is the most prefix policies a table holds: a record
 	// keeps its policy's index, the default's included, in 16 bits.
 	MaxPolicies = math.MaxUint16 - 1
+	// MaxBurst is the largest burst a configuration gives a policy, and
+	// so the most tokens one query may cost: a cost above the burst could
+	// never be served.
+	MaxBurst = 1000000
 )
 
 // MaxKeyBytes is the longest key a table with the given MaxTagBytes

@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/httpapi"
 	"github.com/dthrottle/dthrottle/protocol"
+	"github.com/dthrottle/dthrottle/spoe"
 )
 
 // Policy actions. A [Policy] with an empty Action behaves as ActionLimit.
@@ -206,13 +208,13 @@ func Default() Config {
 			HTTP: "", // no admin endpoint
 		},
 		HTTP: HTTP{
-			Listen:       "",   // no HTTP decision endpoint
-			MaxConns:     1024, // proxies keep a few keep-alive connections each
-			RefuseStatus: 403,  // what nginx's auth_request accepts as a refusal
+			Listen:       "",                      // no HTTP decision endpoint
+			MaxConns:     httpapi.DefaultMaxConns, // proxies keep a few keep-alive connections each
+			RefuseStatus: 403,                     // what nginx's auth_request accepts as a refusal
 		},
 		SPOE: SPOE{
-			Listen:   "",               // no SPOE agent
-			MaxConns: defaultSPOEConns, // HAProxy opens a few per thread
+			Listen:   "",                   // no SPOE agent
+			MaxConns: spoe.DefaultMaxConns, // HAProxy opens a few per thread
 		},
 		Log: Log{
 			Format: "text", // key=value lines

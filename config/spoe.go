@@ -16,10 +16,7 @@ type SPOE struct {
 
 // Allowed values of the [spoe] section, used by its rules in rules.go.
 // dthrottle.toml documents each one beside its key.
-const (
-	defaultSPOEConns = 1024 // HAProxy opens a few connections per thread
-	maxSPOEConns     = 100000
-)
+const maxSPOEConns = 100000
 
 // validateSPOE checks the SPOE agent's keys.
 func (c *Config) validateSPOE() *Error {

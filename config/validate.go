@@ -20,9 +20,9 @@ import (
 // docs/configuration.md prints. dthrottle.toml documents each one beside
 // its key.
 const (
-	minRate        = 1e-6    // tokens per second: one per 11.6 days
-	maxRate        = 1e9     // tokens per second
-	maxBurst       = 1000000 // tokens
+	minRate        = 1e-6            // tokens per second: one per 11.6 days
+	maxRate        = 1e9             // tokens per second
+	maxBurst       = bucket.MaxBurst // tokens
 	maxMaxTags     = 100000000
 	maxMaxConns    = 1000000
 	minMaxTagBytes = bucket.MinTagBytes

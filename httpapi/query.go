@@ -3,11 +3,13 @@ package httpapi
 import (
 	"errors"
 	"strconv"
+
+	"github.com/dthrottle/dthrottle/bucket"
 )
 
 // maxCost is the largest cost one request may ask: the largest burst a
 // configuration allows.
-const maxCost = 1000000
+const maxCost = bucket.MaxBurst
 
 // Errors of parseQuery, each answered 400 with its text.
 var (
@@ -15,7 +17,7 @@ var (
 	errTwoTags  = errors.New("tag given twice")
 	errTwoCosts = errors.New("cost given twice")
 	errEscape   = errors.New("bad percent-encoding")
-	errBadCost  = errors.New("cost must be an integer from 1 to 1000000")
+	errBadCost  = errors.New("cost must be an integer from 1 to " + strconv.Itoa(maxCost))
 )
 
 // parseQuery reads the tag and the cost from a raw query string, such as

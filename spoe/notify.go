@@ -28,8 +28,8 @@ const (
 )
 
 // MaxCost is the most tokens one message may spend, as on the HTTP
-// endpoint.
-const MaxCost = 1000000
+// endpoint: the largest burst a configuration allows.
+const MaxCost = bucket.MaxBurst
 
 // notify decides every message of a NOTIFY frame and appends its ACK.
 // A message that cannot be decided (no argument, a cost out of range, an
