@@ -40,6 +40,10 @@ type Discovery interface {
 	// configured or resolved, and those learned and heard) and a number
 	// that changes whenever they do.
 	Advert(now time.Time) (addrs []string, version uint64)
+	// SilentAfter gives the node's silence timeout (Config.SilentAfter),
+	// at NewNode and at every Update: a learned peer unheard for longer is
+	// forgotten.
+	SilentAfter(d time.Duration)
 }
 
 // advertise sends the list of peers when it changed, or every

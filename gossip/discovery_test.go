@@ -123,7 +123,8 @@ func TestLearningRules(t *testing.T) {
 	if got := a.DiscoveryStats(); got.Learned != 0 {
 		t.Fatalf("learned %d peers before SetLearning (learning is off)", got.Learned)
 	}
-	a.SetLearning(2, time.Second)
+	a.SetLearning(2)
+	a.SilentAfter(time.Second)
 	a.Heard("10.0.0.1:7777", now)
 	a.Told("10.0.0.2:7777", now)
 	a.Heard("10.0.0.3:7777", now) // over max_peers
@@ -149,7 +150,7 @@ func TestLearningRules(t *testing.T) {
 	if got, want := dests(a), []string{"10.0.0.1:7777"}; !slices.Equal(got, want) {
 		t.Fatalf("after the silence timeout, sending to %v, want %v", got, want)
 	}
-	a.SetLearning(0, time.Second)
+	a.SetLearning(0)
 	if st := a.DiscoveryStats(); st.Learned != 0 || st.Forgotten != 2 {
 		t.Fatalf("after turning learning off: %+v", st)
 	}
@@ -187,7 +188,7 @@ func joinThroughOneSeed(t *testing.T, key []byte) {
 		if key != nil {
 			max = 10
 		}
-		tr.SetLearning(max, SilentAfter(interval))
+		tr.SetLearning(max) // the node gives it its silence timeout
 		n, err := NewNode(Config{Interval: interval, Key: key, Discovery: tr,
 			Drain: func(dst []Hit) []Hit { return dst }, Apply: func(time.Time, []Hit) {}}, tr)
 		if err != nil {
@@ -286,5 +287,33 @@ func TestPeersGolden(t *testing.T) {
 	}
 	if _, err := Decode(want, []byte("another secret")); !errors.Is(err, ErrAuth) {
 		t.Fatalf("Decode under another key: %v, want ErrAuth", err)
+	}
+}
+
+// silenceRecorder is a Discovery that records the silence timeouts the
+// node gives it.
+type silenceRecorder struct {
+	Discovery // nil: only SilentAfter is called here
+	got       []time.Duration
+}
+
+func (s *silenceRecorder) SilentAfter(d time.Duration) { s.got = append(s.got, d) }
+
+// TestNodeGivesDiscoveryItsSilence: the node, which derives the silence
+// timeout from its interval, gives it to its discovery at start and at
+// every update, so nobody else derives it.
+func TestNodeGivesDiscoveryItsSilence(t *testing.T) {
+	rec := &silenceRecorder{}
+	n, err := NewNode(Config{Interval: time.Second, Discovery: rec,
+		Drain: func(dst []Hit) []Hit { return dst }, Apply: func(time.Time, []Hit) {}},
+		NewMemNetwork(MemConfig{}, nil).Join("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Update(Update{Interval: 5 * time.Second, MaxPacket: 1400}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []time.Duration{SilentAfter(time.Second), SilentAfter(5 * time.Second)}; !slices.Equal(rec.got, want) {
+		t.Fatalf("the discovery was given %v, want %v", rec.got, want)
 	}
 }

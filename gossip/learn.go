@@ -55,12 +55,12 @@ func (l *learning) sorted() []netip.AddrPort {
 }
 
 // SetLearning sets how many peers the transport learns (0: none, and the
-// ones learned are dropped) and how long a learned peer may stay unheard.
-// A reload calls it.
-func (t *UnicastTransport) SetLearning(max int, silentAfter time.Duration) {
+// ones learned are dropped). A reload calls it. How long a learned peer
+// may stay unheard is the node's to say (SilentAfter).
+func (t *UnicastTransport) SetLearning(max int) {
 	t.resolveMu.Lock()
 	defer t.resolveMu.Unlock()
-	t.learn.max, t.learn.silent = max, silentAfter
+	t.learn.max = max
 	if t.learn.peers == nil {
 		t.learn.peers = map[netip.AddrPort]*learned{}
 		t.learn.self = map[netip.AddrPort]bool{}
@@ -209,3 +209,11 @@ func (t *UnicastTransport) DiscoveryStats() DiscoveryStats {
 }
 
 var _ Discovery = (*UnicastTransport)(nil)
+
+// SilentAfter sets how long a learned peer may stay unheard: the node's
+// silence timeout, which the node gives it.
+func (t *UnicastTransport) SilentAfter(d time.Duration) {
+	t.resolveMu.Lock()
+	defer t.resolveMu.Unlock()
+	t.learn.silent = d
+}

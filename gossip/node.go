@@ -142,6 +142,9 @@ func NewNode(cfg Config, t Transport) (*Node, error) {
 	if cfg.SilentAfter <= 0 {
 		cfg.SilentAfter = silentAfter(cfg.Interval)
 	}
+	if cfg.Discovery != nil {
+		cfg.Discovery.SilentAfter(cfg.SilentAfter)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

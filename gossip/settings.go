@@ -45,7 +45,11 @@ func (n *Node) Update(u Update) error {
 	n.mu.Lock()
 	n.cfg.Interval, n.cfg.MaxPacket, n.cfg.Key, n.cfg.Fingerprint = u.Interval, u.MaxPacket, u.Key, u.Fingerprint
 	n.cfg.SilentAfter = silentAfter(u.Interval)
+	silent := n.cfg.SilentAfter
 	n.mu.Unlock()
+	if d := n.cfg.Discovery; d != nil {
+		d.SilentAfter(silent)
+	}
 	n.relay.setEvery(u.Interval)
 	select {
 	case <-n.retick: // replace an update the loop has not taken yet

@@ -74,7 +74,7 @@ func (d *Daemon) startGossip(full config.Config, open func(config.Gossip) (gossi
 	}
 	var disc gossip.Discovery
 	if run.unicast != nil {
-		run.unicast.SetLearning(learnMax(cfg, key), gossip.SilentAfter(cfg.Interval.Duration))
+		run.unicast.SetLearning(learnMax(cfg, key))
 		disc = run.unicast // learns only under a key: see learnMax
 	}
 	run.group = cfg.Group != ""

@@ -69,7 +69,7 @@ func (d *Daemon) reload() ([]string, error) {
 			return nil, err
 		}
 		if d.gossip.unicast != nil {
-			d.gossip.unicast.SetLearning(learnMax(next.Gossip, key), gossip.SilentAfter(next.Gossip.Interval.Duration))
+			d.gossip.unicast.SetLearning(learnMax(next.Gossip, key))
 		}
 		if d.gossip.unicast != nil && !slices.Equal(cur.Gossip.Peers, next.Gossip.Peers) {
 			if err := d.gossip.unicast.SetPeers(next.Gossip.Peers); err != nil {
