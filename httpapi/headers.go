@@ -23,14 +23,14 @@ const (
 
 // AppendPolicy appends the RateLimit-Policy value of a limit policy:
 // `"name";q=<burst>;w=<seconds>`, its quota the bucket's burst and its
-// window the time the bucket takes to refill from empty, burst/rate,
+// window the time the bucket takes to refill from empty (Policy.Refill),
 // rounded up to a whole second.
 func AppendPolicy(b []byte, p bucket.Policy) []byte {
 	b = appendSFString(b, p.Name)
 	b = append(b, ";q="...)
 	b = strconv.AppendInt(b, int64(p.Burst), 10)
 	b = append(b, ";w="...)
-	return strconv.AppendInt(b, ceilSeconds(float64(p.Burst)/p.Rate), 10)
+	return strconv.AppendInt(b, ceilSeconds(p.Refill().Seconds()), 10)
 }
 
 // AppendRateLimit appends the RateLimit value of a verdict:
