@@ -83,7 +83,7 @@ func newCollector(snapshot func() Snapshot) *collector {
 		dryRunRefused:   newFamily("policy_dry_run_refused_total", "Queries a dry-run policy served that its limit would have refused (also counted as ok).", counter, "policy"),
 		httpRequests:    newFamily("http_requests_total", "Requests to the HTTP decision endpoint, by result: allowed (2xx), refused, bad (4xx for their form).", counter, "result"),
 		httpConnections: newFamily("http_connections", "HTTP decision endpoint connections open.", gauge),
-		httpRejected:    newFamily("http_connections_rejected_total", "HTTP decision endpoint connections answered 503 because its max_conns were open.", counter),
+		httpRejected:    newFamily("http_connections_rejected_total", "HTTP decision endpoint connections refused because its max_conns were open: answered 503, or closed at once past 64 such answers in flight.", counter),
 		spoe:            newSPOEFamilies(),
 
 		warmRequests: newFamily("warm_requests_total", "Warm start snapshot requests, by direction: sent (this node asking), received (peers asking), refused (received and not answered: answered before, too many at once).", counter, "direction"),

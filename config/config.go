@@ -117,7 +117,7 @@ type Admin struct {
 // The zero HTTP is not valid (MaxConns is 0): start from [Default].
 type HTTP struct {
 	Listen       string `toml:"listen" reload:"restart"`    // "host:port" or "unix:/path", e.g. "127.0.0.1:7072"; "" disables
-	MaxConns     int    `toml:"max_conns" reload:"restart"` // most connections open at once; more get 503
+	MaxConns     int    `toml:"max_conns" reload:"restart"` // most connections open at once; more are answered 503 and closed
 	RefuseStatus int    `toml:"refuse_status"`              // the status of a refusal: 403 or 429
 }
 

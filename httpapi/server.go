@@ -68,7 +68,7 @@ type Config struct {
 // Stats are a Server's counters since New: a plain value, whose zero
 // value is a server that has served nothing.
 type Stats struct {
-	serve.Stats        // connections: accepted, rejected (answered 503 over MaxConns), active
+	serve.Stats        // connections: accepted, rejected (refused over MaxConns), active
 	Allowed     uint64 // requests served (2xx), dry runs included
 	Refused     uint64 // requests refused (the refusal status)
 	DryRun      uint64 // of Allowed, those a dry-run policy would have refused

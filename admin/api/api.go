@@ -123,7 +123,7 @@ type HTTP struct {
 	Bad      uint64 `json:"bad"`      // answered 4xx for their form
 	Active   uint64 `json:"active"`   // connections open
 	Accepted uint64 `json:"accepted"` // connections taken into service
-	Rejected uint64 `json:"rejected"` // connections answered 503 over max_conns
+	Rejected uint64 `json:"rejected"` // connections refused over max_conns (answered 503, or closed past 64 such answers in flight)
 }
 
 // Connections are the query server's connection counts.
