@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
-	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/wire"
 	"github.com/dthrottle/dthrottle/protocol"
 )
 
@@ -30,8 +30,8 @@ const (
 	minInterval    = 10 * time.Millisecond
 	maxInterval    = time.Hour
 	maxTTL         = 255
-	minMaxPacket   = gossip.MinPacket // every IPv4 host accepts 576-byte datagrams
-	maxMaxPacket   = 65000            // a round figure under gossip.MaxPacket, the UDP payload limit
+	minMaxPacket   = wire.MinPacket // every IPv4 host accepts 576-byte datagrams
+	maxMaxPacket   = 65000          // a round figure under wire.MaxPacket, the UDP payload limit
 	maxMaxPeers    = 100000
 	maxUnixPath    = 107 // sun_path holds 108 bytes with the final NUL
 	maxIfName      = 15  // IFNAMSIZ less the final NUL
@@ -39,7 +39,7 @@ const (
 
 // The user-facing bounds must lie within the wire format's and the table's.
 var (
-	_ [gossip.MaxPacket - maxMaxPacket]struct{}
+	_ [wire.MaxPacket - maxMaxPacket]struct{}
 	_ [bucket.MaxTagBytesLimit - maxMaxTagBytes]struct{}
 )
 

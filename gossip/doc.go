@@ -2,9 +2,9 @@
 // node's buckets reflect a tag's global count.
 //
 // Every interval a Node drains its unreported hits and sends them as
-// self-contained datagrams (see wire.go for the format) over a Transport:
-// UDP multicast, unicast peers, both, or an in-memory network for tests.
-// Received reports are checked (MAC, own id, duplicates, gaps) and handed
-// to a callback that subtracts them. The package knows nothing of the
-// table or of the clients that query it.
+// self-contained datagrams (their format is package wire's) over a
+// Transport: UDP multicast, unicast peers, both, or an in-memory network
+// for tests. Received reports are checked (MAC, own id, duplicates, gaps)
+// and handed to a callback that subtracts them. The package knows nothing
+// of the table or of the clients that query it.
 package gossip

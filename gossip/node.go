@@ -10,15 +10,25 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dthrottle/dthrottle/gossip/wire"
 )
+
+// Hit is a tag's key and the hits served for it in one period, as the
+// table drains them and as they travel (wire.Hit, the table's bucket.Hit).
+type Hit = wire.Hit
+
+// Level is one tag's bucket level, as the table exports and merges it and
+// as a snapshot answer carries it (wire.Level, the table's bucket.Level).
+type Level = wire.Level
 
 // Config describes a Node. Drain and Apply are required; the rest have
 // defaults.
 type Config struct {
 	// Interval between reports. Default DefaultInterval.
 	Interval time.Duration
-	// MaxPacket is the largest datagram sent, in bytes, from MinPacket to
-	// MaxPacket. Default DefaultMaxPacket.
+	// MaxPacket is the largest datagram sent, in bytes, from
+	// wire.MinPacket to wire.MaxPacket. Default DefaultMaxPacket.
 	MaxPacket int
 	// Key, when set, signs every datagram with HMAC-SHA256 and drops any
 	// received without a valid signature.
@@ -103,7 +113,7 @@ type Node struct {
 	id        uint64
 
 	reportMu sync.Mutex // one report at a time; guards enc and hits
-	enc      Encoder
+	enc      wire.Encoder
 	hits     []Hit
 
 	mu         sync.Mutex // guards peers, stats and authWarned
@@ -163,7 +173,7 @@ func NewNode(cfg Config, t Transport) (*Node, error) {
 		transport: t,
 		log:       cfg.Logger,
 		id:        id,
-		enc:       Encoder{Node: id},
+		enc:       wire.Encoder{Node: id},
 		peers:     make(map[uint64]*peer),
 		kick:      make(chan struct{}, 1),
 		retick:    make(chan time.Duration, 1),
@@ -290,18 +300,18 @@ func (n *Node) Receive(p Packet) {
 	n.mu.Lock()
 	key, ours := n.cfg.Key, n.cfg.Fingerprint
 	n.mu.Unlock()
-	msg, err := Decode(p.Data, key)
+	msg, err := wire.Decode(p.Data, key)
 	n.mu.Lock()
 	if err != nil {
 		switch {
-		case errors.Is(err, ErrAuth):
+		case errors.Is(err, wire.ErrAuth):
 			n.stats.DroppedAuth++
 			if p.At.Sub(n.authWarned) >= time.Minute || n.authWarned.IsZero() {
 				n.authWarned = p.At
 				defer n.log.Warn("gossip: dropping reports without a valid signature (logged at most once a minute)",
 					"peer", p.From, "dropped", n.stats.DroppedAuth)
 			}
-		case errors.Is(err, ErrVersion):
+		case errors.Is(err, wire.ErrVersion):
 			n.stats.DroppedVersion++
 		default:
 			n.stats.DroppedMalformed++
@@ -321,19 +331,19 @@ func (n *Node) Receive(p Packet) {
 	// it names this start's node id, so no former self applied it, and
 	// the answering peer's clock or a tick it stamped the answer with may
 	// well be a little behind the moment this node started.
-	mine := msg.Type == MsgSnapshot && msg.Snapshot != nil && msg.Snapshot.To == n.id
+	mine := msg.Type == wire.MsgSnapshot && msg.Snapshot != nil && msg.Snapshot.To == n.id
 	if (msg.Sent.Before(n.cfg.Since) && !mine) || p.At.Sub(msg.Sent) > 100*n.cfg.SilentAfter {
 		n.stats.DroppedStale++
 		n.mu.Unlock()
 		return
 	}
-	if msg.Type == MsgSnapshot {
+	if msg.Type == wire.MsgSnapshot {
 		// Answers to one node number their own sequence: snapshot.go.
 		n.mu.Unlock()
 		n.receiveSnapshot(msg, p)
 		return
 	}
-	if msg.Type == MsgToRelay || msg.Type == MsgCrossing {
+	if msg.Type == wire.MsgToRelay || msg.Type == wire.MsgCrossing {
 		// Streams to one address number their own sequence: relay.go.
 		n.mu.Unlock()
 		n.receiveRelayed(msg, p)
@@ -375,14 +385,14 @@ func (n *Node) Receive(p Packet) {
 		n.log.Warn("peer's policies differ from ours: the cluster will not hold one rate",
 			append(attrs, "their_fingerprint", fmt.Sprintf("%016x", msg.Fingerprint), "ours", fmt.Sprintf("%016x", ours))...)
 	}
-	if msg.Type == MsgHits && len(msg.Hits) > 0 {
+	if msg.Type == wire.MsgHits && len(msg.Hits) > 0 {
 		n.applyHits(msg.Node, p.At, msg.Hits)
 	}
-	if msg.Type == MsgAggregate {
+	if msg.Type == wire.MsgAggregate {
 		n.receiveAggregate(msg, p)
 	}
 	n.discover(msg, p, key != nil)
-	if msg.Type == MsgSnapshotRequest {
+	if msg.Type == wire.MsgSnapshotRequest {
 		n.receiveRequest(msg, p)
 	}
 }

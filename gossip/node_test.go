@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
 func TestPeerSequence(t *testing.T) {
@@ -160,7 +162,7 @@ func TestNodeIntegrity(t *testing.T) {
 		t.Fatalf("a applied z=%d, want 5", a.applied["z"])
 	}
 	var own []byte
-	enc := Encoder{Node: b.id, MaxPacket: 1400, Key: key}
+	enc := wire.Encoder{Node: b.id, MaxPacket: 1400, Key: key}
 	enc.Encode(now, []Hit{{Key: "own", Count: 1}}, func(pkt []byte) error { own = append([]byte(nil), pkt...); return nil })
 	b.Receive(Packet{Data: own, From: "b", At: now})
 	if b.Stats().Own != 1 || b.applied["own"] != 0 {

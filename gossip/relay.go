@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
 // This file owns relaying on a node (docs/scaling.md): sending the node's
@@ -13,7 +15,7 @@ import (
 // the segment's nodes send, passing it on every interval to the segment
 // and to the relays of other segments, and passing into the segment what
 // those send. The sums and the ledger of own hits are relaysum.go's, the
-// message types wire_relay.go's.
+// message types wire/relay.go's.
 
 // RelayMode says how a node takes part in relaying.
 type RelayMode uint8
@@ -89,9 +91,9 @@ type relayState struct {
 	back    []Hit // forward's own hits come back, reused
 	stats   RelayNodeStats
 
-	encs    map[uint64]*Encoder // per relay, the stream of hits sent to it
+	encs    map[uint64]*wire.Encoder // per relay, the stream of hits sent to it
 	liveBuf []liveRelay
-	linkEnc Encoder
+	linkEnc wire.Encoder
 	byRelay [][]Hit
 	out     []Hit
 	cross   []Hit
@@ -144,7 +146,7 @@ func (rs *relayState) init(cfg RelayConfig, every time.Duration) {
 	rs.remote = map[uint64]*peer{}
 	rs.senders = map[uint64]*peer{}
 	rs.foreign = map[string]uint32{}
-	rs.encs = map[uint64]*Encoder{}
+	rs.encs = map[uint64]*wire.Encoder{}
 	rs.every = every
 	rs.link = cfg.Link
 	rs.own = NewOwnHits(0)
@@ -266,7 +268,7 @@ func (n *Node) sendToRelays(now time.Time, hits []Hit, live []liveRelay) error {
 		}
 		enc := rs.encs[r.id]
 		if enc == nil {
-			enc = &Encoder{Node: n.id}
+			enc = &wire.Encoder{Node: n.id}
 			rs.encs[r.id] = enc
 		}
 		n.configure(enc)
@@ -275,7 +277,7 @@ func (n *Node) sendToRelays(now time.Time, hits []Hit, live []liveRelay) error {
 		if u != nil {
 			send = func(pkt []byte) error { return u.SendTo(pkt, r.addr) }
 		}
-		p, b, err := sendRelay(enc, now, MsgToRelay, rs.byRelay[k], send)
+		p, b, err := sendRelay(enc, now, wire.MsgToRelay, rs.byRelay[k], send)
 		packets, bytes = packets+p, bytes+b
 		if err != nil {
 			errs = append(errs, err)
@@ -299,7 +301,7 @@ func (n *Node) sendToRelays(now time.Time, hits []Hit, live []liveRelay) error {
 
 // sendRelay encodes hits as datagrams of type t with enc and sends each,
 // stopping at the first error; it returns what was sent.
-func sendRelay(enc *Encoder, now time.Time, t MsgType, hits []Hit, send func([]byte) error) (packets, bytes uint64, err error) {
+func sendRelay(enc *wire.Encoder, now time.Time, t wire.MsgType, hits []Hit, send func([]byte) error) (packets, bytes uint64, err error) {
 	_, err = enc.EncodeRelay(now, t, hits, func(pkt []byte) error {
 		if err := send(pkt); err != nil {
 			return err
@@ -340,7 +342,7 @@ func (n *Node) forward(now time.Time) error {
 	n.snap.reported(rs.back)
 
 	var errs []error
-	packets, bytes, err := sendRelay(&n.enc, now, MsgAggregate, rs.out, n.transport.Send)
+	packets, bytes, err := sendRelay(&n.enc, now, wire.MsgAggregate, rs.out, n.transport.Send)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -348,7 +350,7 @@ func (n *Node) forward(now time.Time) error {
 	if link != nil {
 		n.configure(&rs.linkEnc)
 		rs.linkEnc.Node = n.id
-		if cpackets, cbytes, err = sendRelay(&rs.linkEnc, now, MsgCrossing, rs.cross, link.Send); err != nil {
+		if cpackets, cbytes, err = sendRelay(&rs.linkEnc, now, wire.MsgCrossing, rs.cross, link.Send); err != nil {
 			errs = append(errs, err)
 		}
 	}

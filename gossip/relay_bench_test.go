@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
 // BenchmarkReceive is the receive path of one report of a million tags,
@@ -29,7 +30,7 @@ func BenchmarkReceive(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			enc := &Encoder{Node: 7, MaxPacket: DefaultMaxPacket}
+			enc := &wire.Encoder{Node: 7, MaxPacket: DefaultMaxPacket}
 			var own []Hit
 			for i := 0; i < len(hits); i += 10 {
 				own = append(own, hits[i])
@@ -50,7 +51,7 @@ func BenchmarkReceive(b *testing.B) {
 					n.relay.mu.Lock()
 					n.relay.own.Sent(now, own)
 					n.relay.mu.Unlock()
-					_, err = enc.EncodeRelay(now, MsgAggregate, hits, emit)
+					_, err = enc.EncodeRelay(now, wire.MsgAggregate, hits, emit)
 				}
 				if err != nil {
 					b.Fatal(err)

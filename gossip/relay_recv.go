@@ -1,6 +1,10 @@
 package gossip
 
-import "time"
+import (
+	"time"
+
+	"github.com/dthrottle/dthrottle/gossip/wire"
+)
 
 // This file owns what a node takes in of relaying (relay.go): relays'
 // aggregates, hits for it to sum when it is a relay, other segments'
@@ -9,7 +13,7 @@ import "time"
 
 // receiveAggregate applies a relay's aggregate, less this node's own hits
 // it carries, and notes the relay as heard.
-func (n *Node) receiveAggregate(msg Message, p Packet) {
+func (n *Node) receiveAggregate(msg wire.Message, p Packet) {
 	rs := &n.relay
 	// The answers' lock first, as an export takes it before rs.mu: no
 	// level is exported between the ledger's change and the answers
@@ -44,13 +48,13 @@ func (n *Node) receiveAggregate(msg Message, p Packet) {
 // receiveRelayed takes a node's hits for this relay (type 6) or another
 // segment's crossing (type 8), each checked against a replay window of
 // its own stream. A node that does not serve applies them as they are.
-func (n *Node) receiveRelayed(msg Message, p Packet) {
+func (n *Node) receiveRelayed(msg wire.Message, p Packet) {
 	rs := &n.relay
 	now := p.At
 	silent := n.silentAfter()
 	rs.mu.Lock()
 	table := rs.senders
-	if msg.Type == MsgCrossing {
+	if msg.Type == wire.MsgCrossing {
 		if _, ours := rs.relays[msg.Node]; ours {
 			// A relay of this segment: its hits reach this node in its
 			// aggregates already.
@@ -76,7 +80,7 @@ func (n *Node) receiveRelayed(msg Message, p Packet) {
 	switch {
 	case rs.sum == nil:
 		apply = msg.Hits
-	case msg.Type == MsgToRelay:
+	case msg.Type == wire.MsgToRelay:
 		rs.stats.ToRelayReceived++
 		rs.stats.ToRelayBytesReceived += uint64(len(p.Data))
 		rs.sum.addCapped(now, msg.Hits)
@@ -103,7 +107,7 @@ func (n *Node) receiveRelayed(msg Message, p Packet) {
 	n.stats.BytesReceived += uint64(len(p.Data))
 	n.stats.TagsReceived += uint64(len(msg.Hits))
 	n.mu.Unlock()
-	if msg.Type == MsgCrossing && (isNew || wasSilent) {
+	if msg.Type == wire.MsgCrossing && (isNew || wasSilent) {
 		n.log.Info("relay of another segment heard", "peer", p.From, "node", nodeName(msg.Node), "again", wasSilent)
 	}
 	if len(apply) > 0 {

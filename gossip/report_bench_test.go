@@ -1,11 +1,25 @@
 package gossip
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
 )
+
+const benchTags = 1000000
+
+// benchHits is a million distinct IPv4 tags in 10.0.0.0/8, 8 to 14 bytes,
+// with small counts.
+func benchHits() []Hit {
+	hits := make([]Hit, benchTags)
+	for i := range hits {
+		n := i + 1<<20 // from 10.16.0.0, so the second octet has 2 digits
+		hits[i] = Hit{Key: fmt.Sprintf("10.%d.%d.%d", n>>16, n>>8&0xff, n&0xff), Count: uint32(i%300 + 1)}
+	}
+	return hits
+}
 
 // BenchmarkReportRoundTrip1M is a whole report of a million distinct tags
 // end to end, without the network: drained from one table, encoded,

@@ -3,15 +3,28 @@ package gossip
 import (
 	"fmt"
 	"time"
+
+	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
 // This file owns a node's settings: kept once, in Node.cfg, checked
 // against the wire format's limits, changed by Update on a reload, and
 // handed to each encoder when it encodes.
 
+// Defaults of Config.MaxPacket and Config.Interval, which config's come
+// from. MaxPacket's bounds are the wire format's (wire.MinPacket,
+// wire.MaxPacket).
+const (
+	// DefaultMaxPacket fits a 1500-byte Ethernet MTU with room for IP, UDP
+	// and tunnel headers.
+	DefaultMaxPacket = 1400
+	// DefaultInterval is the time between reports.
+	DefaultInterval = time.Second
+)
+
 // configure sets e's settings (datagram size, key, fingerprint) to the
 // node's current ones, which Config and Update keep in one place.
-func (n *Node) configure(e *Encoder) {
+func (n *Node) configure(e *wire.Encoder) {
 	n.mu.Lock()
 	e.MaxPacket, e.Key, e.Fingerprint = n.cfg.MaxPacket, n.cfg.Key, n.cfg.Fingerprint
 	n.mu.Unlock()
@@ -19,8 +32,8 @@ func (n *Node) configure(e *Encoder) {
 
 // checkMaxPacket checks a datagram size against the wire format's limits.
 func checkMaxPacket(size int) error {
-	if size < MinPacket || size > MaxPacket {
-		return fmt.Errorf("gossip: max packet must be between %d and %d, got %d", MinPacket, MaxPacket, size)
+	if size < wire.MinPacket || size > wire.MaxPacket {
+		return fmt.Errorf("gossip: max packet must be between %d and %d, got %d", wire.MinPacket, wire.MaxPacket, size)
 	}
 	return nil
 }

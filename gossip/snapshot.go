@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
 // This file owns warm start between peers: a starting node asks its peers
@@ -76,7 +78,7 @@ type warmStream struct {
 // snapState is a node's warm start state, guarded by its mu.
 type snapState struct {
 	mu       sync.Mutex
-	enc      Encoder // answers, with their own sequence
+	enc      wire.Encoder // answers, with their own sequence
 	answers  []*answer
 	rr       int
 	answered map[uint64]time.Time
@@ -196,7 +198,7 @@ func (n *Node) applyHits(from uint64, at time.Time, hits []Hit) {
 
 // receiveRequest starts an answer to a snapshot request, unless its node
 // was answered already or too many answers are under way.
-func (n *Node) receiveRequest(msg Message, p Packet) {
+func (n *Node) receiveRequest(msg wire.Message, p Packet) {
 	if n.cfg.Export == nil {
 		return
 	}
@@ -236,7 +238,7 @@ func (n *Node) receiveRequest(msg Message, p Packet) {
 }
 
 // receiveSnapshot merges an answer addressed to this node while it warms.
-func (n *Node) receiveSnapshot(msg Message, p Packet) {
+func (n *Node) receiveSnapshot(msg wire.Message, p Packet) {
 	s := &n.snap
 	s.mu.Lock()
 	defer s.mu.Unlock()

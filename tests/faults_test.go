@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/wire"
 	"github.com/dthrottle/dthrottle/internal/netns"
 )
 
@@ -286,9 +287,9 @@ func faultForged(t *testing.T, secret bool) {
 	tp := newTap(t)
 	ds := l.startAll(t, c)
 	id1 := ds[0].nodeID(t)
-	_, m := tp.capture(t, key, func(gossip.Packet, gossip.Message) bool { return true })
-	forge := func(node uint64, k []byte, hits []gossip.Hit, seq uint64) {
-		enc := gossip.Encoder{Node: node, Fingerprint: m.Fingerprint, MaxPacket: 1400, Key: k}
+	_, m := tp.capture(t, key, func(gossip.Packet, wire.Message) bool { return true })
+	forge := func(node uint64, k []byte, hits []wire.Hit, seq uint64) {
+		enc := wire.Encoder{Node: node, Fingerprint: m.Fingerprint, MaxPacket: 1400, Key: k}
 		if _, err := enc.Encode(time.Now(), hits, func(pkt []byte) error {
 			if seq != 0 { // the header's sequence number: 8 bytes at 13, big-endian
 				for i := range 8 {
@@ -304,7 +305,7 @@ func faultForged(t *testing.T, secret bool) {
 
 	const forger = 0x0bad0bad0bad0bad
 	for _, k := range keys {
-		forge(forger, k, []gossip.Hit{{Key: "victim", Count: 1000}}, 0)
+		forge(forger, k, []wire.Hit{{Key: "victim", Count: 1000}}, 0)
 	}
 	for i, d := range ds {
 		poll(t, 5*time.Second, fmt.Sprintf("node %d to drop or apply the forgeries", i+1), func() bool {
@@ -320,8 +321,8 @@ func faultForged(t *testing.T, secret bool) {
 	if got := pipeline(t, ds[0].sock, strings.Repeat("replay:x\n", 40)); got != strings.Repeat("OK\n", 40) {
 		t.Fatalf("spending replay:x on node 1: %q", got)
 	}
-	report, _ := tp.capture(t, key, func(p gossip.Packet, m gossip.Message) bool {
-		return fmt.Sprintf("%016x", m.Node) == id1 && slices.Contains(m.Hits, gossip.Hit{Key: "replay:x", Count: 40})
+	report, _ := tp.capture(t, key, func(p gossip.Packet, m wire.Message) bool {
+		return fmt.Sprintf("%016x", m.Node) == id1 && slices.Contains(m.Hits, wire.Hit{Key: "replay:x", Count: 40})
 	})
 	applied := func(d *daemon, tag string) bool { v := d.tag(t, tag); return v.Tracked && v.Tokens < 61 }
 	var before []counters

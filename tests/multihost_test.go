@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/wire"
 	"github.com/dthrottle/dthrottle/internal/netns"
 )
 
@@ -306,13 +307,13 @@ func newTap(t *testing.T) *tap {
 
 // capture returns the first datagram heard that decodes under key and
 // satisfies match.
-func (tp *tap) capture(t *testing.T, key []byte, match func(p gossip.Packet, m gossip.Message) bool) (gossip.Packet, gossip.Message) {
+func (tp *tap) capture(t *testing.T, key []byte, match func(p gossip.Packet, m wire.Message) bool) (gossip.Packet, wire.Message) {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
 	for {
 		select {
 		case p := <-tp.tr.Packets():
-			if m, err := gossip.Decode(p.Data, key); err == nil && match(p, m) {
+			if m, err := wire.Decode(p.Data, key); err == nil && match(p, m) {
 				return p, m
 			}
 		case <-timeout:

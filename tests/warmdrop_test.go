@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/wire"
 	"github.com/dthrottle/dthrottle/internal/netns"
 )
 
@@ -26,9 +26,9 @@ func TestSnapshotAnswersDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	answer := func(k []byte, to uint64) []byte {
-		e := gossip.Encoder{Node: 0x5eed, MaxPacket: 1400, Key: k}
+		e := wire.Encoder{Node: 0x5eed, MaxPacket: 1400, Key: k}
 		var out []byte
-		e.EncodeSnapshot(time.Now(), to, []gossip.Level{{Key: []byte("victim"), Tokens: -50}}, true, func(p []byte) error {
+		e.EncodeSnapshot(time.Now(), to, []wire.Level{{Key: []byte("victim"), Tokens: -50}}, true, func(p []byte) error {
 			out = append([]byte(nil), p...)
 			return nil
 		})

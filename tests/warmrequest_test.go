@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/wire"
 	"github.com/dthrottle/dthrottle/internal/netns"
 )
 
@@ -28,8 +29,8 @@ func TestSnapshotRequestsFromStrangers(t *testing.T) {
 	// they are part of it.
 	d.awaitReportAfter(t, time.Now())
 	const asker = 0x5eed
-	enc := gossip.Encoder{Node: asker, MaxPacket: 1400, Key: key}
-	request := func(e *gossip.Encoder) []byte {
+	enc := wire.Encoder{Node: asker, MaxPacket: 1400, Key: key}
+	request := func(e *wire.Encoder) []byte {
 		var out []byte
 		if err := e.EncodeRequest(time.Now(), func(p []byte) error {
 			out = append([]byte(nil), p...)
@@ -56,7 +57,7 @@ func TestSnapshotRequestsFromStrangers(t *testing.T) {
 
 	first := request(&enc)
 	tp.send(t, first)
-	_, m := tp.capture(t, key, func(_ gossip.Packet, m gossip.Message) bool {
+	_, m := tp.capture(t, key, func(_ gossip.Packet, m wire.Message) bool {
 		return m.Snapshot != nil && m.Snapshot.To == asker && m.Snapshot.Last
 	})
 	poll(t, 5*time.Second, "the answer to be counted", func() bool {
@@ -74,9 +75,9 @@ func TestSnapshotRequestsFromStrangers(t *testing.T) {
 
 	tp.send(t, first)         // a replay
 	tp.send(t, request(&enc)) // the same node asking again
-	forger := gossip.Encoder{Node: asker + 1, MaxPacket: 1400, Key: []byte("not the cluster's secret, 32 b..")}
+	forger := wire.Encoder{Node: asker + 1, MaxPacket: 1400, Key: []byte("not the cluster's secret, 32 b..")}
 	tp.send(t, request(&forger))
-	stranger := gossip.Encoder{Node: asker + 2, MaxPacket: 1400, Key: key}
+	stranger := wire.Encoder{Node: asker + 2, MaxPacket: 1400, Key: key}
 	sound := request(&stranger)
 	tp.send(t, sound[:len(sound)-5])
 	other := request(&stranger)

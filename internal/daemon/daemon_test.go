@@ -15,6 +15,7 @@ import (
 
 	"github.com/dthrottle/dthrottle/config"
 	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
 // events collects a daemon's events for a test to wait on.
@@ -310,7 +311,7 @@ func TestCloseOrderAndTwice(t *testing.T) {
 	for {
 		select {
 		case p := <-other.Packets():
-			m, err := gossip.Decode(p.Data, nil)
+			m, err := wire.Decode(p.Data, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

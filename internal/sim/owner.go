@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
-	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
 // owner is the design where each tag has an owner (a hash over the
@@ -60,12 +60,12 @@ func (o *owner) report(self int, now time.Time) {
 	for _, ow := range slices.Sorted(maps.Keys(o.byOwner)) {
 		s.send(self, ow, kindReport, o.byOwner[ow])
 	}
-	updates := map[int][]gossip.Level{}
+	updates := map[int][]wire.Level{}
 	for _, key := range slices.Sorted(maps.Keys(o.reporters[self])) {
 		st, err := n.table.Peek(now, key)
 		if err == nil && st.Tokens < float64(s.cfg.Burst)/2 {
 			for to := range o.reporters[self][key] {
-				updates[to] = append(updates[to], gossip.Level{Key: []byte(key), Tokens: st.Tokens})
+				updates[to] = append(updates[to], wire.Level{Key: []byte(key), Tokens: st.Tokens})
 			}
 		}
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
 // Config is one simulation. The zero value is not usable: see Default.
@@ -81,7 +82,7 @@ func Default(n int) Config {
 // node is one simulated dthrottled.
 type node struct {
 	table     *bucket.Table
-	enc       gossip.Encoder
+	enc       wire.Encoder
 	drained   []bucket.Hit
 	phase     int // the step within the interval at which it reports
 	sentBytes int
@@ -149,7 +150,7 @@ func Run(cfg Config) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		s.nodes[i] = &node{table: t, enc: gossip.Encoder{Node: uint64(i) + 1, MaxPacket: gossip.DefaultMaxPacket},
+		s.nodes[i] = &node{table: t, enc: wire.Encoder{Node: uint64(i) + 1, MaxPacket: gossip.DefaultMaxPacket},
 			phase: i * stepsPerInterval / cfg.Nodes}
 	}
 	if s.cfg.RelayEvery <= 0 {
@@ -293,7 +294,7 @@ func (s *sim) drain(i int) []bucket.Hit {
 func (s *sim) send(from, to, kind int, hits []bucket.Hit) {
 	n := s.nodes[from]
 	n.enc.Encode(s.now(), hits, func(pkt []byte) error {
-		m, err := gossip.Decode(pkt, nil)
+		m, err := wire.Decode(pkt, nil)
 		if err != nil {
 			panic(fmt.Sprintf("sim: the encoder wrote what the decoder refuses: %v", err))
 		}

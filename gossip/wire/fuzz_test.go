@@ -1,6 +1,6 @@
 // Fuzzing of the datagram decoder.
 
-package gossip
+package wire
 
 import (
 	"slices"

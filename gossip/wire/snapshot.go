@@ -23,7 +23,7 @@
 // datagrams: they reach one node only, and would otherwise look lost to
 // every other.
 
-package gossip
+package wire
 
 import (
 	"encoding/binary"
@@ -49,7 +49,8 @@ const (
 // a copy.
 type Level = bucket.Level
 
-// Snapshot is the body of a snapshot answer.
+// Snapshot is the body of a snapshot answer, as Decode returns it in
+// Message.Snapshot.
 type Snapshot struct {
 	To     uint64  // the node id that asked
 	Last   bool    // the final datagram of the answer
@@ -225,7 +226,7 @@ func (st *decodeState) decodeWarm(m *Message, body []byte) error {
 	case MsgSnapshotRequest:
 		return st.decodeRequest(body)
 	default:
-		return errors.New("gossip: not a warm start message")
+		return errors.New("wire: not a warm start message")
 	}
 	return nil
 }

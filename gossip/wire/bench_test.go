@@ -1,6 +1,6 @@
 // Benchmarks of the datagram format over a million distinct tags.
 
-package gossip
+package wire
 
 import (
 	"fmt"

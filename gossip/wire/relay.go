@@ -1,18 +1,19 @@
-package gossip
+package wire
 
 import "time"
 
-// This file owns the wire format of relaying (relay.go): three message
-// types whose body is the hits map of type 1, byte for byte (wire.go).
+// This file owns the wire format of relaying (package gossip's relay.go):
+// three message types whose body is the hits map of type 1, byte for byte
+// (wire.go).
 //
 //	type  name              sent by      to                       empty body
 //	6     hits for a relay  any node     one relay of its segment never sent
 //	7     aggregate         a relay      every node of its segment  heartbeat
 //	8     crossing          a relay      the relays of the other    heartbeat
-//	                                     segments (relay.peers)
+//	                                     segments
 //
 // Type 6 carries the hits a node served in one interval of the tags the
-// relay sums (PickRelay); type 7 the sums the relay passes on, which
+// relay sums (gossip.PickRelay); type 7 the sums the relay passes on, which
 // include the receiver's own hits; type 8 what a relay passes on of its
 // own segment's hits, for the relays of other segments to pass into
 // theirs. An empty aggregate or crossing, body 0x80, tells its receivers

@@ -1,4 +1,4 @@
-package gossip
+package wire
 
 import (
 	"bytes"
@@ -31,7 +31,7 @@ func Decode(b []byte, key []byte) (Message, error) {
 	if b[0] != 'D' || b[1] != 'T' {
 		return Message{}, errMagic
 	}
-	if b[2] != Version {
+	if b[2] != version {
 		return Message{}, fmt.Errorf("%w %d", ErrVersion, b[2])
 	}
 	if len(b) < headerLen {

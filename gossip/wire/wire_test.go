@@ -1,7 +1,7 @@
 // Tests of the datagram format: round trips, packing, MAC and the golden
-// vector. Hostile and truncated datagrams: wire_decode_test.go.
+// vector. Hostile and truncated datagrams: decode_test.go.
 
-package gossip
+package wire
 
 import (
 	"bytes"
@@ -119,8 +119,8 @@ func TestWireRoundTrip(t *testing.T) {
 				if want := sendable(hits); !slices.Equal(got, want) {
 					t.Fatalf("decoded %d hits, want the %d sent, in order", len(got), len(want))
 				}
-				if e.Seq() != uint64(len(pkts)) {
-					t.Fatalf("Seq() = %d, want %d", e.Seq(), len(pkts))
+				if e.seq != uint64(len(pkts)) {
+					t.Fatalf("seq = %d, want %d", e.seq, len(pkts))
 				}
 				// Each datagram but the last is full: the next hit would not fit.
 				next := 0
@@ -254,8 +254,8 @@ func TestEncodeErrors(t *testing.T) {
 		calls++
 		return boom
 	})
-	if !errors.Is(err, boom) || calls != 1 || e.Seq() != 1 {
-		t.Fatalf("emit error: err %v after %d calls, Seq %d; want boom after 1 call, Seq 1", err, calls, e.Seq())
+	if !errors.Is(err, boom) || calls != 1 || e.seq != 1 {
+		t.Fatalf("emit error: err %v after %d calls, Seq %d; want boom after 1 call, Seq 1", err, calls, e.seq)
 	}
 
 	// A changed Key takes effect.

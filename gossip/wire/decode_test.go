@@ -1,7 +1,7 @@
 // Tests of the receiving side of the datagram format: truncated, garbage
 // and hostile datagrams, other versions, and what Decode keeps of its input.
 
-package gossip
+package wire
 
 import (
 	"bytes"
@@ -44,7 +44,7 @@ func TestDecodeTruncated(t *testing.T) {
 
 func TestDecodeGarbage(t *testing.T) {
 	header := func(typ MsgType) []byte {
-		b := []byte{'D', 'T', Version, byte(typ), 0}
+		b := []byte{'D', 'T', version, byte(typ), 0}
 		return binary.BigEndian.AppendUint64(append(b, make([]byte, 24)...), 1)
 	}
 	hits := func(body ...byte) []byte { return append(header(MsgHits), body...) }

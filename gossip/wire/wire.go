@@ -1,5 +1,6 @@
-// Wire format of the datagrams that peers exchange (README.md, Wire format;
-// the reasons for it: docs/design.md, Between peers).
+// This file owns the header every datagram carries, the hits and
+// heartbeat bodies and the Encoder (docs/wire-format.md; the reasons for
+// the format: docs/design.md, Between peers).
 //
 // Every datagram is self-contained: a fixed header, a msgpack body, then an
 // optional HMAC-SHA256 trailer. Integers in the header are big-endian.
@@ -8,9 +9,9 @@
 //	0       2     magic "DT" (0x44 0x54)
 //	2       1     version, 1
 //	3       1     type: 1 hits, 2 heartbeat, 3 snapshot answer, 4 snapshot
-//	              request (wire_snapshot.go), 5 peers (discovery.go), 6 hits
-//	              for a relay, 7 a relay's aggregate, 8 an aggregate for
-//	              another segment (wire_relay.go)
+//	              request (snapshot.go), 5 peers (peers.go), 6 hits for a
+//	              relay, 7 a relay's aggregate, 8 an aggregate for another
+//	              segment (relay.go)
 //	4       1     flags: bit 0 set when the MAC trailer is present; bit 1
 //	              set when the sender reports through relays while it
 //	              hears one (its silence is then expected); the other bits
@@ -40,7 +41,7 @@
 // may be added (never renumbered), and new flag bits given a meaning that old
 // receivers can safely ignore.
 
-package gossip
+package wire
 
 import (
 	"bytes"
@@ -71,15 +72,15 @@ type MsgType uint8
 const (
 	MsgHits      MsgType = 1 // body: tag → hits
 	MsgHeartbeat MsgType = 2 // a period with no hits; body: empty map
-	// 3 and 4 are the warm start messages, in wire_snapshot.go; 5 lists
-	// peers, in discovery.go.
+	// 3 and 4 are the warm start messages, in snapshot.go; 5 lists
+	// peers, in peers.go; 6, 7 and 8 relay hits, in relay.go.
 )
 
-// Version is the wire format version this code writes. Decode accepts only
+// version is the wire format version this code writes. Decode accepts only
 // it, and reports ErrVersion for any other.
-const Version = 1
+const version = 1
 
-// Header is what every datagram carries.
+// Header is what every datagram carries. A plain value, safe to copy.
 type Header struct {
 	Type        MsgType
 	Node        uint64    // sender's random id, new every process start
@@ -89,7 +90,8 @@ type Header struct {
 	Relayed     bool      // flag bit 1: the sender reports through relays it hears
 }
 
-// Message is one decoded datagram.
+// Message is one decoded datagram. It shares no memory with the bytes it
+// was decoded from; its zero value is no datagram.
 type Message struct {
 	Header
 	// Hits holds, for MsgHits and the relay types (6, 7, 8), the body's
@@ -104,9 +106,9 @@ type Message struct {
 
 // Errors returned by Decode, to be tested with errors.Is.
 var (
-	ErrMalformed = errors.New("gossip: malformed datagram")
-	ErrVersion   = errors.New("gossip: unsupported version")
-	ErrAuth      = errors.New("gossip: bad or missing mac")
+	ErrMalformed = errors.New("wire: malformed datagram")
+	ErrVersion   = errors.New("wire: unsupported version")
+	ErrAuth      = errors.New("wire: bad or missing mac")
 )
 
 const (
@@ -118,20 +120,13 @@ const (
 	flagRelayed = 1 << 1
 )
 
-// Limits and defaults of the wire format, which config's bounds and
-// defaults come from.
+// MinPacket and MaxPacket bound a datagram's size (Encoder.MaxPacket):
+// about the smallest datagram every IPv4 host accepts, and the largest UDP
+// payload. Since an entry takes at least 3 bytes, a datagram holds fewer
+// than 2^16 of them and a map16 header always suffices.
 const (
-	// MinPacket and MaxPacket bound a datagram's size (Encoder.MaxPacket):
-	// about the smallest datagram every IPv4 host accepts, and the largest
-	// UDP payload. Since an entry takes at least 3 bytes, a datagram holds
-	// fewer than 2^16 of them and a map16 header always suffices.
 	MinPacket = 512
 	MaxPacket = 65507
-	// DefaultMaxPacket fits a 1500-byte Ethernet MTU with room for IP, UDP
-	// and tunnel headers.
-	DefaultMaxPacket = 1400
-	// DefaultInterval is the time between reports.
-	DefaultInterval = time.Second
 )
 
 var (
@@ -163,9 +158,6 @@ type Encoder struct {
 	mac    hash.Hash
 	macKey []byte // the Key that mac was built with
 }
-
-// Seq returns the last sequence number used, 0 before the first datagram.
-func (e *Encoder) Seq() uint64 { return e.seq }
 
 // Encode emits the hits as one or more self-contained MsgHits datagrams,
 // each at most MaxPacket bytes and each with the next Seq, packed in the
@@ -240,10 +232,10 @@ func (e *Encoder) encode(now time.Time, t, empty MsgType, hits []Hit, emit func(
 // prepare checks the fields and sizes the buffers.
 func (e *Encoder) prepare() error {
 	if e.Node == 0 {
-		return errors.New("gossip: Encoder.Node must be set")
+		return errors.New("wire: Encoder.Node must be set")
 	}
 	if e.MaxPacket < MinPacket || e.MaxPacket > MaxPacket {
-		return fmt.Errorf("gossip: Encoder.MaxPacket is %d, must be in [%d, %d]", e.MaxPacket, MinPacket, MaxPacket)
+		return fmt.Errorf("wire: Encoder.MaxPacket is %d, must be in [%d, %d]", e.MaxPacket, MinPacket, MaxPacket)
 	}
 	if cap(e.buf) < e.MaxPacket {
 		e.buf = make([]byte, 0, e.MaxPacket)
@@ -261,7 +253,7 @@ func (e *Encoder) prepare() error {
 // sequence number, and appends the MAC.
 func (e *Encoder) seal(buf []byte, t MsgType, ms uint64) []byte {
 	e.seq++
-	buf[0], buf[1], buf[2], buf[3] = 'D', 'T', Version, byte(t)
+	buf[0], buf[1], buf[2], buf[3] = 'D', 'T', version, byte(t)
 	buf[4] = 0
 	if e.mac != nil {
 		buf[4] |= flagMAC
