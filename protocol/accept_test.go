@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/logtest"
 )
 
 // flakyListener returns the errors queued in errs from Accept before
@@ -57,7 +59,7 @@ func (l *flakyListener) Close() error {
 // TestAcceptTemporaryErrors checks that temporary accept errors are logged
 // and retried after growing pauses, and that serving then goes on.
 func TestAcceptTemporaryErrors(t *testing.T) {
-	logs := &logRecorder{}
+	logs := &logtest.Recorder{}
 	s := NewServer(&recordDecider{}, Config{Logger: slog.New(logs)})
 	l := &flakyListener{Listener: listen(t, "unix"), errs: make(chan error, 3)}
 	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ECONNABORTED} {
@@ -70,7 +72,7 @@ func TestAcceptTemporaryErrors(t *testing.T) {
 	if got := query(t, c, "aa"); got != replyOK {
 		t.Fatalf("query after accept errors: %q, want OK", got)
 	}
-	recs := logs.find(slog.LevelWarn, "protocol: accept failed, retrying")
+	recs := logs.Find(slog.LevelWarn, "protocol: accept failed, retrying")
 	if len(recs) != 3 {
 		t.Fatalf("%d accept warnings, want 3", len(recs))
 	}

@@ -276,35 +276,6 @@ func shutdown(t testing.TB, s *Server) error {
 	return s.Shutdown(ctx)
 }
 
-// logRecorder is a slog.Handler keeping every record.
-type logRecorder struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
-
-func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	h.records = append(h.records, r.Clone())
-	h.mu.Unlock()
-	return nil
-}
-func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *logRecorder) WithGroup(string) slog.Handler      { return h }
-
-// find returns the records with message msg at level.
-func (h *logRecorder) find(level slog.Level, msg string) []slog.Record {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []slog.Record
-	for _, r := range h.records {
-		if r.Level == level && r.Message == msg {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // attrs renders a record's attributes as key=value text.
 func attrs(r slog.Record) string {
 	var b bytes.Buffer

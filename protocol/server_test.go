@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/dthrottle/dthrottle/internal/logtest"
 )
 
 var networks = []string{"unix", "tcp"}
@@ -106,7 +108,7 @@ func TestTags(t *testing.T) {
 func TestLineTooLong(t *testing.T) {
 	for _, network := range networks {
 		t.Run(network, func(t *testing.T) {
-			logs := &logRecorder{}
+			logs := &logtest.Recorder{}
 			d := &recordDecider{}
 			ts := startServer(t, d, Config{Logger: slog.New(logs)}, network)
 
@@ -127,7 +129,7 @@ func TestLineTooLong(t *testing.T) {
 			if got := ts.Stats().LineTooLong; got != 1 {
 				t.Errorf("Stats().LineTooLong = %d, want 1", got)
 			}
-			recs := logs.find(slog.LevelWarn, "protocol: request line too long, closing connection")
+			recs := logs.Find(slog.LevelWarn, "protocol: request line too long, closing connection")
 			if len(recs) != 1 {
 				t.Fatalf("%d over-long line warnings, want 1", len(recs))
 			}
@@ -240,7 +242,7 @@ func TestManyConnections(t *testing.T) {
 func TestMaxConns(t *testing.T) {
 	for _, network := range networks {
 		t.Run(network, func(t *testing.T) {
-			logs := &logRecorder{}
+			logs := &logtest.Recorder{}
 			ts := startServer(t, &recordDecider{}, Config{MaxConns: 2, Logger: slog.New(logs)}, network)
 
 			a, b := dial(t, ts.addr(0)), dial(t, ts.addr(0))
@@ -255,7 +257,7 @@ func TestMaxConns(t *testing.T) {
 			if s := ts.Stats(); s.Rejected != 1 || s.Accepted != 2 || s.Active != 2 {
 				t.Errorf("Stats() = %+v, want 1 rejected, 2 accepted, 2 active", s)
 			}
-			if n := len(logs.find(slog.LevelWarn, "protocol: connection limit reached, closing new connections")); n != 1 {
+			if n := len(logs.Find(slog.LevelWarn, "protocol: connection limit reached, closing new connections")); n != 1 {
 				t.Errorf("%d connection limit warnings, want 1", n)
 			}
 

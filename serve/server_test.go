@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/logtest"
 )
 
 // ioTimeout bounds every client read and write in tests, so that a bug
@@ -75,32 +77,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// logRecorder is a slog.Handler keeping every record's level and message.
-type logRecorder struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
-
-func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	h.records = append(h.records, r.Clone())
-	h.mu.Unlock()
-	return nil
-}
-func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *logRecorder) WithGroup(string) slog.Handler      { return h }
-
-func (h *logRecorder) messages() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []string
-	for _, r := range h.records {
-		out = append(out, r.Level.String()+" "+r.Message)
-	}
-	return out
-}
-
 func TestServeAndStats(t *testing.T) {
 	s := New(HandlerFunc(echo), Config{Name: "test"})
 	l := listen(t)
@@ -125,7 +101,7 @@ func TestServeAndStats(t *testing.T) {
 // TestBusy holds the only place: the next connection reads the busy
 // answer, then end of file, and is counted; one warning is logged.
 func TestBusy(t *testing.T) {
-	logs := &logRecorder{}
+	logs := &logtest.Recorder{}
 	s := New(HandlerFunc(echo), Config{Name: "test", MaxConns: 1, Busy: []byte("busy\n"), Logger: slog.New(logs)})
 	l := listen(t)
 	start(t, s, l)
@@ -143,13 +119,13 @@ func TestBusy(t *testing.T) {
 		t.Errorf("Stats() = %+v, want 1 accepted, 2 rejected, 1 active", st)
 	}
 	var warned int
-	for _, m := range logs.messages() {
+	for _, m := range logs.Messages() {
 		if m == "WARN test: connection limit reached, closing new connections" {
 			warned++
 		}
 	}
 	if warned != 1 {
-		t.Errorf("%d connection limit warnings in %q, want 1", warned, logs.messages())
+		t.Errorf("%d connection limit warnings in %q, want 1", warned, logs.Messages())
 	}
 }
 
@@ -319,7 +295,7 @@ func TestShutdownCutsOff(t *testing.T) {
 // TestCloseQuiet: Close may be called twice and concurrently, and a
 // listener closed by shutdown is normal: nothing is logged.
 func TestCloseQuiet(t *testing.T) {
-	logs := &logRecorder{}
+	logs := &logtest.Recorder{}
 	s := New(HandlerFunc(echo), Config{Logger: slog.New(logs)})
 	ls := []net.Listener{listen(t), listen(t)}
 	served := make(chan error, len(ls))
@@ -345,7 +321,7 @@ func TestCloseQuiet(t *testing.T) {
 	if got, err := io.ReadAll(c); len(got) != 0 || err != nil {
 		t.Errorf("after Close: read %q, %v; want end of file", got, err)
 	}
-	if m := logs.messages(); len(m) != 0 {
+	if m := logs.Messages(); len(m) != 0 {
 		t.Errorf("logged %q, want nothing", m)
 	}
 }
@@ -374,7 +350,7 @@ func acceptErr(errno syscall.Errno) error {
 // double, and serving goes on; a lasting one ends Serve, naming the
 // server.
 func TestAcceptBackoff(t *testing.T) {
-	logs := &logRecorder{}
+	logs := &logtest.Recorder{}
 	s := New(HandlerFunc(echo), Config{Name: "test", Logger: slog.New(logs)})
 	l := &flakyListener{Listener: listen(t), errs: make(chan error, 4)}
 	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ETIMEDOUT, syscall.ECONNABORTED} {
@@ -387,8 +363,7 @@ func TestAcceptBackoff(t *testing.T) {
 		t.Fatalf("after accept errors: %v", err)
 	}
 	var delays []time.Duration
-	logs.mu.Lock()
-	for _, r := range logs.records {
+	for _, r := range logs.Records() {
 		if r.Message == "test: accept failed, retrying" {
 			r.Attrs(func(a slog.Attr) bool {
 				if a.Key == "delay" {
@@ -398,7 +373,6 @@ func TestAcceptBackoff(t *testing.T) {
 			})
 		}
 	}
-	logs.mu.Unlock()
 	want := []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond}
 	if len(delays) != len(want) {
 		t.Fatalf("delays %v, want %v", delays, want)
