@@ -6,6 +6,7 @@ import (
 
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/httpapi"
 	"github.com/dthrottle/dthrottle/protocol"
 	"github.com/dthrottle/dthrottle/spoe"
@@ -79,7 +80,7 @@ type Gossip struct {
 	Node  uint64 // this node's id, shown as 16 hex digits
 	Peers int    // peers heard and not silent
 	gossip.Stats
-	Discovery gossip.DiscoveryStats // unicast peers learned; zero without unicast peers
+	Discovery transport.DiscoveryStats // unicast peers learned; zero without unicast peers
 }
 
 // TagView is the state of one tag at an instant. The zero TagView is an

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/gossip/transport"
 )
 
 // clusterRun is a simulated cluster under a random load balancer.
@@ -17,7 +18,7 @@ type clusterRun struct {
 	step      time.Duration // clock resolution of the simulation
 	overload  float64       // offered load as a multiple of rate
 	duration  time.Duration
-	net       MemConfig
+	net       transport.MemConfig
 	partition [2]time.Duration // split the cluster in two halves from [0] to [1], if set
 }
 
@@ -26,7 +27,7 @@ func defaultRun() clusterRun {
 	return clusterRun{
 		nodes: 8, rate: 10, burst: 20, interval: time.Second, step: 10 * time.Millisecond,
 		overload: 10, duration: 10 * time.Minute,
-		net: MemConfig{Delay: 20 * time.Millisecond, Seed: 7},
+		net: transport.MemConfig{Delay: 20 * time.Millisecond, Seed: 7},
 	}
 }
 

@@ -3,6 +3,7 @@ package gossip
 import (
 	"time"
 
+	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
@@ -18,17 +19,19 @@ import (
 // another node since, hears of the others within this many intervals.
 const advertiseEvery = 30
 
-// Discovery is the side of a transport that learns peers. The node calls
-// it only for datagrams whose MAC it checked under a key. Implementations
-// are safe for concurrent use.
+// Discovery is the side of a transport that learns peers;
+// *transport.UnicastTransport is one. The node calls it only for
+// datagrams whose MAC it checked under a key. Implementations are safe
+// for concurrent use.
 type Discovery interface {
-	// Heard says that a report came from addr, a Packet's From: a peer
-	// not sent to yet is learned, a learned one is kept.
+	// Heard says that a report came from addr, a transport.Packet's
+	// From: a peer not sent to yet is learned, a learned one is kept.
 	Heard(addr string, now time.Time)
 	// Told says that a peer listed addr among the ones it reports to: it
 	// is learned if new, and forgotten again unless heard from itself.
 	Told(addr string, now time.Time)
-	// Self says that addr, a Packet's From, is this node's own address.
+	// Self says that addr, a transport.Packet's From, is this node's own
+	// address.
 	Self(addr string)
 	// Advert returns the addresses to tell peers of at now (those
 	// configured or resolved, and those learned and heard) and a number
@@ -39,6 +42,8 @@ type Discovery interface {
 	// forgotten.
 	SilentAfter(d time.Duration)
 }
+
+var _ Discovery = (*transport.UnicastTransport)(nil)
 
 // advertise sends the list of peers when it changed, or every
 // advertiseEvery reports. Called with reportMu held.
@@ -70,7 +75,7 @@ func (n *Node) advertise(now time.Time) {
 
 // discover learns from an accepted datagram, when it came by unicast
 // under a key.
-func (n *Node) discover(msg wire.Message, p Packet, keyed bool) {
+func (n *Node) discover(msg wire.Message, p transport.Packet, keyed bool) {
 	d := n.cfg.Discovery
 	if d == nil || !keyed || !p.Unicast {
 		return

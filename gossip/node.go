@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
@@ -108,7 +109,7 @@ const maxPeers = 1024
 // Safe for concurrent use.
 type Node struct {
 	cfg       Config
-	transport Transport
+	transport transport.Transport
 	log       *slog.Logger
 	id        uint64
 
@@ -136,7 +137,7 @@ type Node struct {
 }
 
 // NewNode returns a node with a random id that reports over t.
-func NewNode(cfg Config, t Transport) (*Node, error) {
+func NewNode(cfg Config, t transport.Transport) (*Node, error) {
 	if cfg.Drain == nil || cfg.Apply == nil {
 		return nil, errors.New("gossip: Drain and Apply are required")
 	}
@@ -296,7 +297,7 @@ func (n *Node) silentAfter() time.Duration {
 // start's node id). Both compare the sender's
 // clock with ours: a peer whose clock is behind by d loses its datagrams
 // for the first d after we start, which is why clocks should be synced.
-func (n *Node) Receive(p Packet) {
+func (n *Node) Receive(p transport.Packet) {
 	n.mu.Lock()
 	key, ours := n.cfg.Key, n.cfg.Fingerprint
 	n.mu.Unlock()
@@ -399,13 +400,13 @@ func (n *Node) Receive(p Packet) {
 
 // peer returns the entry for node id, making room for it if needed.
 // Called with n.mu held.
-func (n *Node) peer(id uint64, p Packet) (_ *peer, isNew bool) {
+func (n *Node) peer(id uint64, p transport.Packet) (_ *peer, isNew bool) {
 	return peerFor(n.peers, id, p)
 }
 
 // peerFor returns the entry for node id in table, making room for it if
 // needed: the peer heard least recently goes.
-func peerFor(table map[uint64]*peer, id uint64, p Packet) (_ *peer, isNew bool) {
+func peerFor(table map[uint64]*peer, id uint64, p transport.Packet) (_ *peer, isNew bool) {
 	if pr, ok := table[id]; ok {
 		return pr, false
 	}

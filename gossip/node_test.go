@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
@@ -46,7 +47,7 @@ func TestPeerSequence(t *testing.T) {
 // applies, with its log captured.
 type testNode struct {
 	*Node
-	tr      *MemTransport
+	tr      *transport.MemTransport
 	log     *syncBuffer
 	mu      sync.Mutex
 	applied map[string]uint32
@@ -70,14 +71,14 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newTestNode(t *testing.T, net *MemNetwork, name string, key []byte, fingerprint uint64) *testNode {
+func newTestNode(t *testing.T, net *transport.MemNetwork, name string, key []byte, fingerprint uint64) *testNode {
 	t.Helper()
 	return newTestNodeWith(t, net.Join(name), func(c *Config) { c.Key, c.Fingerprint = key, fingerprint })
 }
 
 // newTestNodeWith is newTestNode on transport tr, with its Config changed
 // by set.
-func newTestNodeWith(t *testing.T, tr *MemTransport, set func(*Config)) *testNode {
+func newTestNodeWith(t *testing.T, tr *transport.MemTransport, set func(*Config)) *testNode {
 	t.Helper()
 	tn := &testNode{tr: tr, log: &syncBuffer{}, applied: map[string]uint32{}}
 	cfg := Config{
@@ -127,7 +128,7 @@ func (tn *testNode) receiveAll() {
 
 func TestNodeIntegrity(t *testing.T) {
 	now := simT0
-	net := NewMemNetwork(MemConfig{Seed: 3}, func() time.Time { return now })
+	net := transport.NewMemNetwork(transport.MemConfig{Seed: 3}, func() time.Time { return now })
 	key := []byte("0123456789abcdef")
 	a := newTestNode(t, net, "a", key, 1)
 	b := newTestNode(t, net, "b", key, 1)
@@ -164,7 +165,7 @@ func TestNodeIntegrity(t *testing.T) {
 	var own []byte
 	enc := wire.Encoder{Node: b.id, MaxPacket: 1400, Key: key}
 	enc.Encode(now, []Hit{{Key: "own", Count: 1}}, func(pkt []byte) error { own = append([]byte(nil), pkt...); return nil })
-	b.Receive(Packet{Data: own, From: "b", At: now})
+	b.Receive(transport.Packet{Data: own, From: "b", At: now})
 	if b.Stats().Own != 1 || b.applied["own"] != 0 {
 		t.Fatalf("own datagram: stats %+v, applied %v", b.Stats(), b.applied)
 	}
@@ -175,13 +176,13 @@ func TestNodeIntegrity(t *testing.T) {
 	net.Deliver(now)
 	replay := (<-tap.Packets()).Data
 	b.receiveAll()
-	b.Receive(Packet{Data: replay, From: "replayer", At: now})
+	b.Receive(transport.Packet{Data: replay, From: "replayer", At: now})
 	if b.applied["r"] != 2 || b.Stats().DroppedDuplicate != 1 {
 		t.Fatalf("replay: applied r=%d dup=%d, want 2 and 1", b.applied["r"], b.Stats().DroppedDuplicate)
 	}
 	// Garbage is counted, never applied.
 	for _, g := range [][]byte{nil, []byte("DT"), bytes.Repeat([]byte{0xff}, 100), append([]byte("DT\x02"), make([]byte, 60)...)} {
-		b.Receive(Packet{Data: g, From: "junk", At: now})
+		b.Receive(transport.Packet{Data: g, From: "junk", At: now})
 	}
 	if st := b.Stats(); st.DroppedMalformed+st.DroppedVersion+st.DroppedAuth != 4+1 {
 		t.Fatalf("garbage: %+v", st)
@@ -221,7 +222,7 @@ func TestNodeIntegrity(t *testing.T) {
 // TestNodeStopSendsLastHits checks a clean stop reports what was served
 // since the last report.
 func TestNodeStopSendsLastHits(t *testing.T) {
-	net := NewMemNetwork(MemConfig{Seed: 1}, nil)
+	net := transport.NewMemNetwork(transport.MemConfig{Seed: 1}, nil)
 	a := newTestNode(t, net, "a", nil, 1)
 	b := newTestNode(t, net, "b", nil, 1)
 	a.Start()
@@ -246,7 +247,7 @@ func TestNodeStopSendsLastHits(t *testing.T) {
 // and the node keeps its id and sequence.
 func TestNodeUpdate(t *testing.T) {
 	now := simT0
-	net := NewMemNetwork(MemConfig{Seed: 5}, func() time.Time { return now })
+	net := transport.NewMemNetwork(transport.MemConfig{Seed: 5}, func() time.Time { return now })
 	oldKey, newKey := []byte("old key old key!"), []byte("new key new key!")
 	a := newTestNode(t, net, "a", oldKey, 1)
 	b := newTestNode(t, net, "b", newKey, 2)
@@ -282,7 +283,7 @@ func TestNodeUpdate(t *testing.T) {
 // table remembers.
 func TestReplayAfterRestart(t *testing.T) {
 	now := simT0
-	net := NewMemNetwork(MemConfig{Seed: 9}, func() time.Time { return now })
+	net := transport.NewMemNetwork(transport.MemConfig{Seed: 9}, func() time.Time { return now })
 	key := []byte("0123456789abcdef")
 	a := newTestNode(t, net, "a", key, 1)
 	b := newTestNode(t, net, "b", key, 1)
@@ -298,15 +299,15 @@ func TestReplayAfterRestart(t *testing.T) {
 	// b restarts a second later: a new node, started after the datagram
 	// was sent.
 	now = now.Add(time.Second)
-	b2 := newTestNode(t, NewMemNetwork(MemConfig{}, nil), "b2", key, 1)
+	b2 := newTestNode(t, transport.NewMemNetwork(transport.MemConfig{}, nil), "b2", key, 1)
 	b2.cfg.Since = now
-	b2.Receive(Packet{Data: captured, From: "replayer", At: now})
+	b2.Receive(transport.Packet{Data: captured, From: "replayer", At: now})
 	if b2.applied["x"] != 0 || b2.Stats().DroppedStale != 1 {
 		t.Fatalf("restarted node applied a replay: applied %v, stats %+v", b2.applied, b2.Stats())
 	}
 	// A node that never saw it, much later: too old to be applied.
-	c := newTestNode(t, NewMemNetwork(MemConfig{}, nil), "c", key, 1)
-	c.Receive(Packet{Data: captured, From: "replayer", At: simT0.Add(time.Hour)})
+	c := newTestNode(t, transport.NewMemNetwork(transport.MemConfig{}, nil), "c", key, 1)
+	c.Receive(transport.Packet{Data: captured, From: "replayer", At: simT0.Add(time.Hour)})
 	if c.applied["x"] != 0 || c.Stats().DroppedStale != 1 {
 		t.Fatalf("an hour-old datagram applied: %v %+v", c.applied, c.Stats())
 	}
@@ -316,7 +317,7 @@ func TestReplayAfterRestart(t *testing.T) {
 	var fresh []byte
 	net.Deliver(now)
 	fresh = (<-tap.Packets()).Data
-	b2.Receive(Packet{Data: fresh, From: "a", At: now})
+	b2.Receive(transport.Packet{Data: fresh, From: "a", At: now})
 	if b2.applied["y"] != 1 {
 		t.Fatalf("restarted node dropped a fresh datagram: %v %+v", b2.applied, b2.Stats())
 	}

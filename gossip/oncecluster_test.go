@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/gossip/transport"
 )
 
 // This file holds the harness of the tests that hold warm start and the
@@ -27,7 +28,7 @@ type onceNode struct {
 	name  string
 	table *bucket.Table
 	node  *Node
-	tr    *MemTransport
+	tr    *transport.MemTransport
 	next  time.Time // its next report
 }
 
@@ -35,7 +36,7 @@ type onceNode struct {
 // receive, pace, report those due.
 type onceCluster struct {
 	t        *testing.T
-	net      *MemNetwork
+	net      *transport.MemNetwork
 	now      time.Time
 	interval time.Duration
 	pol      bucket.Policy
@@ -50,7 +51,7 @@ type onceCluster struct {
 func newOnceCluster(t *testing.T, pol bucket.Policy, interval time.Duration) *onceCluster {
 	c := &onceCluster{t: t, now: simT0, interval: interval, pol: pol, maxTags: 1000, rate: DefaultSnapshotRate,
 		relay: map[string]RelayMode{}, served: map[string]int{}, first: map[string]time.Time{}}
-	c.net = NewMemNetwork(MemConfig{Delay: time.Millisecond, Seed: 1}, func() time.Time { return c.now })
+	c.net = transport.NewMemNetwork(transport.MemConfig{Delay: time.Millisecond, Seed: 1}, func() time.Time { return c.now })
 	return c
 }
 

@@ -23,9 +23,10 @@ type PeerInfo struct {
 	// Relay is RelayOfSegment for a relay of this node's segment,
 	// RelayOfRemote for one of another segment, empty for a node.
 	Relay string `json:"relay,omitempty"`
-	// Found says how this node came to send to the peer: FoundConfigured,
-	// FoundResolved, FoundLearned or FoundMulticast. The node leaves it
-	// empty; the daemon, which knows the transports, fills it in.
+	// Found says how this node came to send to the peer:
+	// transport.FoundConfigured, FoundResolved, FoundLearned or
+	// FoundMulticast. The node leaves it empty; the daemon, which knows
+	// the transports, fills it in.
 	Found string `json:"found,omitempty"`
 }
 

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
@@ -58,7 +59,7 @@ type RelayConfig struct {
 	// Link, on a relay, carries crossings to the relays of other segments
 	// and receives theirs; nil joins no other segment. The node closes it
 	// on Stop. It is set at NewNode only.
-	Link Transport
+	Link transport.Transport
 }
 
 // maxLedger bounds each relay ledger's tags (a relay's held sums, the
@@ -79,7 +80,7 @@ const (
 type relayState struct {
 	mu      sync.Mutex
 	cfg     RelayConfig
-	link    Transport // cfg.Link as NewNode got it
+	link    transport.Transport // cfg.Link as NewNode got it
 	every   time.Duration
 	relays  map[uint64]*relayHeard // this segment's relays, by node id
 	remote  map[uint64]*peer       // other segments' relays, with their windows
@@ -259,7 +260,7 @@ func (n *Node) sendToRelays(now time.Time, hits []Hit, live []liveRelay) error {
 	rs.stats.ViaRelays++
 	rs.mu.Unlock()
 
-	u, _ := n.transport.(Unicaster)
+	u, _ := n.transport.(transport.Unicaster)
 	var errs []error
 	var packets, bytes uint64
 	for k, r := range live {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
@@ -26,7 +27,7 @@ func BenchmarkReceive(b *testing.B) {
 				Since: time.Now().Add(-time.Minute),
 				Drain: func(d []Hit) []Hit { return d },
 				Apply: table.SpendBatch,
-			}, NewMemNetwork(MemConfig{}, nil).Join("receiver"))
+			}, transport.NewMemNetwork(transport.MemConfig{}, nil).Join("receiver"))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -35,14 +36,14 @@ func BenchmarkReceive(b *testing.B) {
 			for i := 0; i < len(hits); i += 10 {
 				own = append(own, hits[i])
 			}
-			var pkts []Packet
+			var pkts []transport.Packet
 			b.ReportAllocs()
 			for b.Loop() {
 				b.StopTimer()
 				pkts = pkts[:0]
 				now := time.Now()
 				emit := func(p []byte) error {
-					pkts = append(pkts, Packet{Data: append([]byte(nil), p...), From: "sender", At: now})
+					pkts = append(pkts, transport.Packet{Data: append([]byte(nil), p...), From: "sender", At: now})
 					return nil
 				}
 				if kind == "today" {

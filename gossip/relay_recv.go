@@ -3,6 +3,7 @@ package gossip
 import (
 	"time"
 
+	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
@@ -13,7 +14,7 @@ import (
 
 // receiveAggregate applies a relay's aggregate, less this node's own hits
 // it carries, and notes the relay as heard.
-func (n *Node) receiveAggregate(msg wire.Message, p Packet) {
+func (n *Node) receiveAggregate(msg wire.Message, p transport.Packet) {
 	rs := &n.relay
 	// The answers' lock first, as an export takes it before rs.mu: no
 	// level is exported between the ledger's change and the answers
@@ -48,7 +49,7 @@ func (n *Node) receiveAggregate(msg wire.Message, p Packet) {
 // receiveRelayed takes a node's hits for this relay (type 6) or another
 // segment's crossing (type 8), each checked against a replay window of
 // its own stream. A node that does not serve applies them as they are.
-func (n *Node) receiveRelayed(msg wire.Message, p Packet) {
+func (n *Node) receiveRelayed(msg wire.Message, p transport.Packet) {
 	rs := &n.relay
 	now := p.At
 	silent := n.silentAfter()

@@ -7,16 +7,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/gossip/transport"
 )
 
 // relayNode is a testNode that relays as mode says, with an optional link
 // to other segments.
 type relayNode struct {
 	*testNode
-	link *MemTransport
+	link *transport.MemTransport
 }
 
-func newRelayNode(t *testing.T, seg *MemNetwork, link *MemNetwork, name string, mode RelayMode, hold HoldFunc) *relayNode {
+func newRelayNode(t *testing.T, seg *transport.MemNetwork, link *transport.MemNetwork, name string, mode RelayMode, hold HoldFunc) *relayNode {
 	t.Helper()
 	rn := &relayNode{}
 	cfg := RelayConfig{Mode: mode, Hold: hold, MaxAge: 2 * time.Second}
@@ -51,10 +53,10 @@ func (rn *relayNode) got(key string) uint32 {
 
 // relayRound has every node in up report at now, then delivers what was
 // sent (on the segments and links given) and has every node take it in.
-func relayRound(t *testing.T, now time.Time, up []*relayNode, nets ...*MemNetwork) {
+func relayRound(t *testing.T, now time.Time, up []*relayNode, nets ...*transport.MemNetwork) {
 	t.Helper()
 	for _, n := range up {
-		if err := n.Report(now); err != nil && !errors.Is(err, ErrNoUnicast) {
+		if err := n.Report(now); err != nil && !errors.Is(err, transport.ErrNoUnicast) {
 			t.Fatalf("%s: %v", n.tr.Name(), err)
 		}
 	}
@@ -73,7 +75,7 @@ func relayRound(t *testing.T, now time.Time, up []*relayNode, nets ...*MemNetwor
 // the peers view marks the relays.
 func TestRelaySegment(t *testing.T) {
 	now := simT0
-	net := NewMemNetwork(MemConfig{Seed: 1}, func() time.Time { return now })
+	net := transport.NewMemNetwork(transport.MemConfig{Seed: 1}, func() time.Time { return now })
 	var all []*relayNode
 	for i := range 6 {
 		mode := RelayUse
@@ -146,7 +148,7 @@ func btoi(b bool) int {
 // silent meanwhile.
 func TestRelayFallback(t *testing.T) {
 	now := simT0
-	net := NewMemNetwork(MemConfig{Seed: 2}, func() time.Time { return now })
+	net := transport.NewMemNetwork(transport.MemConfig{Seed: 2}, func() time.Time { return now })
 	var all []*relayNode
 	for i := range 4 {
 		mode := RelayUse
@@ -184,7 +186,7 @@ func TestRelayFallback(t *testing.T) {
 // the threshold for its hold age.
 func TestRelayHold(t *testing.T) {
 	now := simT0
-	net := NewMemNetwork(MemConfig{Seed: 3}, func() time.Time { return now })
+	net := transport.NewMemNetwork(transport.MemConfig{Seed: 3}, func() time.Time { return now })
 	hold := func(string) (uint32, time.Duration) { return 5, 3 * time.Second }
 	relay := newRelayNode(t, net, nil, "r", RelayServe, hold)
 	a := newRelayNode(t, net, nil, "a", RelayUse, nil)
@@ -222,11 +224,11 @@ func TestRelayHold(t *testing.T) {
 func TestRelaySegments(t *testing.T) {
 	now := simT0
 	clock := func() time.Time { return now }
-	segA, segB := NewMemNetwork(MemConfig{Seed: 4}, clock), NewMemNetwork(MemConfig{Seed: 5}, clock)
-	link := NewMemNetwork(MemConfig{Seed: 6}, clock)
+	segA, segB := transport.NewMemNetwork(transport.MemConfig{Seed: 4}, clock), transport.NewMemNetwork(transport.MemConfig{Seed: 5}, clock)
+	link := transport.NewMemNetwork(transport.MemConfig{Seed: 6}, clock)
 	var a, b []*relayNode
 	for i := range 4 {
-		mode, l := RelayUse, (*MemNetwork)(nil)
+		mode, l := RelayUse, (*transport.MemNetwork)(nil)
 		if i < 2 {
 			mode, l = RelayServe, link
 		}
@@ -316,7 +318,7 @@ func TestRelaySegments(t *testing.T) {
 // held back, as a node's clean stop sends its last hits.
 func TestRelayStopPassesAll(t *testing.T) {
 	now := simT0
-	net := NewMemNetwork(MemConfig{Seed: 7}, func() time.Time { return now })
+	net := transport.NewMemNetwork(transport.MemConfig{Seed: 7}, func() time.Time { return now })
 	hold := func(string) (uint32, time.Duration) { return 5, time.Hour }
 	relay := newRelayNode(t, net, nil, "r", RelayServe, hold)
 	a := newRelayNode(t, net, nil, "a", RelayUse, nil)

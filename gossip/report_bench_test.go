@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/gossip/transport"
 )
 
 const benchTags = 1000000
@@ -35,10 +36,10 @@ func BenchmarkReportRoundTrip1M(b *testing.B) {
 	}
 	src, dst := newTable(), newTable()
 	now := time.Now()
-	net := NewMemNetwork(MemConfig{}, nil)
+	net := transport.NewMemNetwork(transport.MemConfig{}, nil)
 	sender, receiver := net.Join("sender"), net.Join("receiver")
 	var drained []bucket.Hit
-	mk := func(tr Transport, table *bucket.Table) *Node {
+	mk := func(tr transport.Transport, table *bucket.Table) *Node {
 		n, err := NewNode(Config{
 			Drain: func(d []Hit) []Hit {
 				drained = table.Drain(drained[:0])

@@ -3,6 +3,8 @@ package gossip
 import (
 	"context"
 	"time"
+
+	"github.com/dthrottle/dthrottle/gossip/transport"
 )
 
 // This file owns a node's running: the loop that reports every interval
@@ -24,7 +26,7 @@ func (n *Node) run() {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	packets := n.transport.Packets()
-	var link <-chan Packet
+	var link <-chan transport.Packet
 	if n.relay.link != nil {
 		link = n.relay.link.Packets()
 	}

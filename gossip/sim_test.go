@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/gossip/transport"
 )
 
 // simT0 is the fake clock's origin in the cluster simulations.
@@ -18,7 +19,7 @@ type simNode struct {
 	name    string
 	table   *bucket.Table
 	node    *Node
-	tr      *MemTransport
+	tr      *transport.MemTransport
 	sent    uint64 // hits reported
 	applied uint64 // peers' hits applied
 }
@@ -27,16 +28,16 @@ type simNode struct {
 // run step by step: deterministic for a given seed.
 type sim struct {
 	t      *testing.T
-	net    *MemNetwork
+	net    *transport.MemNetwork
 	nodes  []*simNode
 	now    time.Time
 	served []time.Duration // when each served query was answered, cluster-wide
 }
 
-func newSim(t *testing.T, n int, pol bucket.Policy, interval time.Duration, mc MemConfig) *sim {
+func newSim(t *testing.T, n int, pol bucket.Policy, interval time.Duration, mc transport.MemConfig) *sim {
 	t.Helper()
 	s := &sim{t: t, now: simT0}
-	s.net = NewMemNetwork(mc, func() time.Time { return s.now })
+	s.net = transport.NewMemNetwork(mc, func() time.Time { return s.now })
 	for i := 0; i < n; i++ {
 		sn := &simNode{name: fmt.Sprintf("n%d", i)}
 		tb, err := bucket.New(bucket.Config{Default: pol, MaxTags: 1000, MaxTagBytes: 256})
@@ -131,7 +132,7 @@ func countBetween(served []time.Duration, from, to time.Duration) int {
 // TestSpecTimelineOverNetwork is the spec's A/B example with two gossiping
 // nodes: reports every 5 s, delivered 100 ms later.
 func TestSpecTimelineOverNetwork(t *testing.T) {
-	s := newSim(t, 2, bucket.Policy{Rate: 1, Burst: 10}, 5*time.Second, MemConfig{Delay: 100 * time.Millisecond, Seed: 1})
+	s := newSim(t, 2, bucket.Policy{Rate: 1, Burst: 10}, 5*time.Second, transport.MemConfig{Delay: 100 * time.Millisecond, Seed: 1})
 	const A, B = 0, 1
 	type step struct {
 		at     time.Duration

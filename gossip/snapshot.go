@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
@@ -198,14 +199,14 @@ func (n *Node) applyHits(from uint64, at time.Time, hits []Hit) {
 
 // receiveRequest starts an answer to a snapshot request, unless its node
 // was answered already or too many answers are under way.
-func (n *Node) receiveRequest(msg wire.Message, p Packet) {
+func (n *Node) receiveRequest(msg wire.Message, p transport.Packet) {
 	if n.cfg.Export == nil {
 		return
 	}
 	s := &n.snap
 	s.mu.Lock()
 	s.stats.RequestsReceived++
-	_, isUnicaster := n.transport.(Unicaster)
+	_, isUnicaster := n.transport.(transport.Unicaster)
 	_, seen := s.answered[msg.Node]
 	switch {
 	case seen || len(s.answers) >= maxStreams || !isUnicaster:
@@ -238,7 +239,7 @@ func (n *Node) receiveRequest(msg wire.Message, p Packet) {
 }
 
 // receiveSnapshot merges an answer addressed to this node while it warms.
-func (n *Node) receiveSnapshot(msg wire.Message, p Packet) {
+func (n *Node) receiveSnapshot(msg wire.Message, p transport.Packet) {
 	s := &n.snap
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -382,11 +383,11 @@ func (n *Node) sendNext(now time.Time, a *answer) (done bool) {
 	var sent int
 	packed, skipped, err := s.enc.EncodeSnapshot(now, a.to, a.levels[a.next:], !a.more, func(pkt []byte) error {
 		sent = len(pkt)
-		return n.transport.(Unicaster).SendTo(pkt, a.addr)
+		return n.transport.(transport.Unicaster).SendTo(pkt, a.addr)
 	})
 	a.next += packed
 	if err != nil {
-		if errors.Is(err, ErrNoUnicast) {
+		if errors.Is(err, transport.ErrNoUnicast) {
 			s.stats.RequestsRefused++
 			return true
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
@@ -60,11 +61,11 @@ func (f *fakeTable) get(k string) (float64, bool) {
 
 type warmNode struct {
 	*Node
-	tr    *MemTransport
+	tr    *transport.MemTransport
 	table *fakeTable
 }
 
-func newWarmNode(t *testing.T, net *MemNetwork, name string, key []byte, rate float64, levels map[string]float64) *warmNode {
+func newWarmNode(t *testing.T, net *transport.MemNetwork, name string, key []byte, rate float64, levels map[string]float64) *warmNode {
 	t.Helper()
 	w := &warmNode{tr: net.Join(name), table: &fakeTable{levels: levels}}
 	if w.table.levels == nil {
@@ -96,7 +97,7 @@ func (w *warmNode) receiveAll() {
 }
 
 // step runs the cluster to now: pace every node, deliver, receive.
-func step(net *MemNetwork, now time.Time, nodes ...*warmNode) {
+func step(net *transport.MemNetwork, now time.Time, nodes ...*warmNode) {
 	for _, n := range nodes {
 		n.Pace(now)
 	}
@@ -116,7 +117,7 @@ func levelsN(n int, tokens float64) map[string]float64 {
 
 func TestWarmStartMergesTheLowestLevel(t *testing.T) {
 	now := simT0.Add(time.Second)
-	net := NewMemNetwork(MemConfig{Seed: 1, Delay: time.Millisecond}, func() time.Time { return now })
+	net := transport.NewMemNetwork(transport.MemConfig{Seed: 1, Delay: time.Millisecond}, func() time.Time { return now })
 	key := []byte("0123456789abcdef")
 	a := newWarmNode(t, net, "a", key, 1000, levelsN(1000, 2))
 	b := newWarmNode(t, net, "b", key, 1000, map[string]float64{"203.0.113.0:0": -5, "only-b": 1})
@@ -170,7 +171,7 @@ func TestWarmStartMergesTheLowestLevel(t *testing.T) {
 
 func TestWarmStartPaced(t *testing.T) {
 	now := simT0.Add(time.Second)
-	net := NewMemNetwork(MemConfig{Seed: 1}, func() time.Time { return now })
+	net := transport.NewMemNetwork(transport.MemConfig{Seed: 1}, func() time.Time { return now })
 	a := newWarmNode(t, net, "a", nil, 100, levelsN(5000, 0)) // 100 datagrams a second
 	c := newWarmNode(t, net, "c", nil, 100, nil)
 	c.Warm(now)
@@ -191,7 +192,7 @@ func TestWarmStartPaced(t *testing.T) {
 
 func TestWarmStartNotAmplified(t *testing.T) {
 	now := simT0.Add(time.Second)
-	net := NewMemNetwork(MemConfig{Seed: 1}, func() time.Time { return now })
+	net := transport.NewMemNetwork(transport.MemConfig{Seed: 1}, func() time.Time { return now })
 	a := newWarmNode(t, net, "a", nil, 1000, levelsN(50, 0))
 	c := newWarmNode(t, net, "c", nil, 1000, nil)
 	c.Warm(now)
@@ -209,7 +210,7 @@ func TestWarmStartNotAmplified(t *testing.T) {
 
 func TestWarmStartBadAnswersDropped(t *testing.T) {
 	now := simT0.Add(time.Second)
-	net := NewMemNetwork(MemConfig{Seed: 1}, func() time.Time { return now })
+	net := transport.NewMemNetwork(transport.MemConfig{Seed: 1}, func() time.Time { return now })
 	key := []byte("0123456789abcdef")
 	c := newWarmNode(t, net, "c", key, 1000, nil)
 	c.Warm(now)
@@ -226,7 +227,7 @@ func TestWarmStartBadAnswersDropped(t *testing.T) {
 	version := bytes.Clone(good)
 	version[2] = 9
 	truncated := good[:len(good)-40]
-	recv := func(b []byte) { c.Receive(Packet{Data: b, From: "x", At: now}) }
+	recv := func(b []byte) { c.Receive(transport.Packet{Data: b, From: "x", At: now}) }
 	recv(good)
 	recv(good) // replayed
 	recv(forged)
@@ -258,7 +259,7 @@ func TestWarmStartBadAnswersDropped(t *testing.T) {
 	}
 	// A node that never warms counts every answer as unasked.
 	d := newWarmNode(t, net, "d", key, 1000, nil)
-	d.Receive(Packet{Data: answer(enc, d.ID(), []Level{{Key: []byte("v"), Tokens: -3}}), From: "x", At: now})
+	d.Receive(transport.Packet{Data: answer(enc, d.ID(), []Level{{Key: []byte("v"), Tokens: -3}}), From: "x", At: now})
 	if ws := d.WarmStats(); ws.DroppedUnasked != 1 || len(d.table.levels) != 0 {
 		t.Errorf("answer to a node that did not ask: %+v", ws)
 	}
@@ -266,7 +267,7 @@ func TestWarmStartBadAnswersDropped(t *testing.T) {
 
 func TestWarmStartAsksAgainWhenUnanswered(t *testing.T) {
 	now := simT0.Add(time.Second)
-	net := NewMemNetwork(MemConfig{Seed: 1}, func() time.Time { return now })
+	net := transport.NewMemNetwork(transport.MemConfig{Seed: 1}, func() time.Time { return now })
 	c := newWarmNode(t, net, "c", nil, 1000, nil)
 	c.Warm(now)
 	for c.WarmStats().Warming {
@@ -285,7 +286,7 @@ func TestWarmStartAsksAgainWhenUnanswered(t *testing.T) {
 // node id, so no former self of the asker can have applied it.
 func TestWarmStartAnswerFromABehindClock(t *testing.T) {
 	now := simT0.Add(10 * time.Millisecond)
-	net := NewMemNetwork(MemConfig{Seed: 1}, func() time.Time { return now })
+	net := transport.NewMemNetwork(transport.MemConfig{Seed: 1}, func() time.Time { return now })
 	key := []byte("0123456789abcdef")
 	a := newWarmNode(t, net, "a", key, 1000, map[string]float64{"spent": -2})
 	c := newWarmNode(t, net, "c", key, 1000, nil)

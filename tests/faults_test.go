@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/gossip/wire"
 	"github.com/dthrottle/dthrottle/internal/netns"
 )
@@ -287,7 +287,7 @@ func faultForged(t *testing.T, secret bool) {
 	tp := newTap(t)
 	ds := l.startAll(t, c)
 	id1 := ds[0].nodeID(t)
-	_, m := tp.capture(t, key, func(gossip.Packet, wire.Message) bool { return true })
+	_, m := tp.capture(t, key, func(transport.Packet, wire.Message) bool { return true })
 	forge := func(node uint64, k []byte, hits []wire.Hit, seq uint64) {
 		enc := wire.Encoder{Node: node, Fingerprint: m.Fingerprint, MaxPacket: 1400, Key: k}
 		if _, err := enc.Encode(time.Now(), hits, func(pkt []byte) error {
@@ -321,7 +321,7 @@ func faultForged(t *testing.T, secret bool) {
 	if got := pipeline(t, ds[0].sock, strings.Repeat("replay:x\n", 40)); got != strings.Repeat("OK\n", 40) {
 		t.Fatalf("spending replay:x on node 1: %q", got)
 	}
-	report, _ := tp.capture(t, key, func(p gossip.Packet, m wire.Message) bool {
+	report, _ := tp.capture(t, key, func(p transport.Packet, m wire.Message) bool {
 		return fmt.Sprintf("%016x", m.Node) == id1 && slices.Contains(m.Hits, wire.Hit{Key: "replay:x", Count: 40})
 	})
 	applied := func(d *daemon, tag string) bool { v := d.tag(t, tag); return v.Tracked && v.Tokens < 61 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/gossip/wire"
 	"github.com/dthrottle/dthrottle/internal/netns"
 )
@@ -292,12 +292,12 @@ func missed(t *testing.T, l *load, ds []*daemon) (worst, sum int) {
 // tap listens to the cluster's group from the test's own address on the
 // bridge, and sends to it: the network seen and reached by a stranger.
 type tap struct {
-	tr *gossip.MulticastTransport
+	tr *transport.MulticastTransport
 }
 
 func newTap(t *testing.T) *tap {
 	t.Helper()
-	tr, err := gossip.ListenMulticast(gossip.MulticastConfig{Group: lanGroup, Interface: lanBridge, TTL: 1})
+	tr, err := transport.ListenMulticast(transport.MulticastConfig{Group: lanGroup, Interface: lanBridge, TTL: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +307,7 @@ func newTap(t *testing.T) *tap {
 
 // capture returns the first datagram heard that decodes under key and
 // satisfies match.
-func (tp *tap) capture(t *testing.T, key []byte, match func(p gossip.Packet, m wire.Message) bool) (gossip.Packet, wire.Message) {
+func (tp *tap) capture(t *testing.T, key []byte, match func(p transport.Packet, m wire.Message) bool) (transport.Packet, wire.Message) {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
 	for {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/gossip/wire"
 	"github.com/dthrottle/dthrottle/internal/netns"
 )
@@ -57,7 +57,7 @@ func TestSnapshotRequestsFromStrangers(t *testing.T) {
 
 	first := request(&enc)
 	tp.send(t, first)
-	_, m := tp.capture(t, key, func(_ gossip.Packet, m wire.Message) bool {
+	_, m := tp.capture(t, key, func(_ transport.Packet, m wire.Message) bool {
 		return m.Snapshot != nil && m.Snapshot.To == asker && m.Snapshot.Last
 	})
 	poll(t, 5*time.Second, "the answer to be counted", func() bool {

@@ -21,7 +21,7 @@ import (
 	"github.com/dthrottle/dthrottle/admin"
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/transport"
 )
 
 // Options is what New needs besides the config. Only Config is required;
@@ -52,7 +52,7 @@ type Options struct {
 	// Transports, when set, opens the gossip transports instead of UDP
 	// sockets: tests gossip over an in-memory network. It is called only
 	// when gossip is configured (a group or peers).
-	Transports func(config.Gossip) (gossip.Transport, error)
+	Transports func(config.Gossip) (transport.Transport, error)
 	// OnEvent, when set, is called with every Event, synchronously, from
 	// whichever goroutine caused it: it must not block or call back into the
 	// daemon.

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
@@ -95,7 +95,7 @@ func writeConfig(t *testing.T, dir, sock, text string) (string, config.Config) {
 
 // start runs a daemon on text until the test ends. transports, when set,
 // carries its gossip.
-func start(t *testing.T, text string, transports func(config.Gossip) (gossip.Transport, error)) *running {
+func start(t *testing.T, text string, transports func(config.Gossip) (transport.Transport, error)) *running {
 	t.Helper()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "d.sock")
@@ -278,9 +278,9 @@ func TestTableConfig(t *testing.T) {
 }
 
 func TestCloseOrderAndTwice(t *testing.T) {
-	net := gossip.NewMemNetwork(gossip.MemConfig{}, time.Now)
+	net := transport.NewMemNetwork(transport.MemConfig{}, time.Now)
 	r := start(t, base+"[gossip]\npeers = [\"mem:1\"]\ninterval = \"1h\"\n[admin]\nhttp = \"127.0.0.1:0\"\n",
-		func(config.Gossip) (gossip.Transport, error) { return net.Join("a"), nil })
+		func(config.Gossip) (transport.Transport, error) { return net.Join("a"), nil })
 	other := net.Join("b")
 	r.ask(t, "a", "a")
 	r.stop()
@@ -331,10 +331,10 @@ func TestCloseOrderAndTwice(t *testing.T) {
 }
 
 func TestGossipCarriesHitsBetweenDaemons(t *testing.T) {
-	mem := gossip.NewMemNetwork(gossip.MemConfig{}, time.Now)
+	mem := transport.NewMemNetwork(transport.MemConfig{}, time.Now)
 	cfg := base + "[gossip]\npeers = [\"mem:1\"]\ninterval = \"20ms\"\n"
-	a := start(t, cfg, func(config.Gossip) (gossip.Transport, error) { return mem.Join("a"), nil })
-	b := start(t, cfg, func(config.Gossip) (gossip.Transport, error) { return mem.Join("b"), nil })
+	a := start(t, cfg, func(config.Gossip) (transport.Transport, error) { return mem.Join("a"), nil })
+	b := start(t, cfg, func(config.Gossip) (transport.Transport, error) { return mem.Join("b"), nil })
 	if got := a.ask(t, "x", "x", "x"); got != "OK OK OK" {
 		t.Fatalf("a: %q", got)
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/transport"
 )
 
 // TestDryRunPeersKeepOneRate gossips between a limiting daemon and one
@@ -14,11 +14,11 @@ import (
 // warning during a dry-run rollout), and the dry run's buckets, spent as
 // if limiting, carry its hits to the limiting peer.
 func TestDryRunPeersKeepOneRate(t *testing.T) {
-	mem := gossip.NewMemNetwork(gossip.MemConfig{}, time.Now)
+	mem := transport.NewMemNetwork(transport.MemConfig{}, time.Now)
 	cfg := base + "[gossip]\npeers = [\"mem:1\"]\ninterval = \"20ms\"\n"
 	dry := strings.Replace(cfg, "burst = 3", "burst = 3\ndry_run = true", 1)
-	a := start(t, dry, func(config.Gossip) (gossip.Transport, error) { return mem.Join("a"), nil })
-	b := start(t, cfg, func(config.Gossip) (gossip.Transport, error) { return mem.Join("b"), nil })
+	a := start(t, dry, func(config.Gossip) (transport.Transport, error) { return mem.Join("a"), nil })
+	b := start(t, cfg, func(config.Gossip) (transport.Transport, error) { return mem.Join("b"), nil })
 	if got := a.ask(t, "x", "x", "x", "x"); got != "OK OK OK OK" {
 		t.Fatalf("the dry run: %q, want every query served", got)
 	}

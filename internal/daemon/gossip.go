@@ -8,6 +8,7 @@ import (
 
 	"github.com/dthrottle/dthrottle/config"
 	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/transport"
 )
 
 // gossipRun is the running gossip: the node and, when peers are
@@ -15,7 +16,7 @@ import (
 // which learns peers.
 type gossipRun struct {
 	node    *gossip.Node
-	unicast *gossip.UnicastTransport
+	unicast *transport.UnicastTransport
 	group   bool // a multicast group is configured
 	relay   relayRun
 }
@@ -37,7 +38,7 @@ func (g *gossipRun) found(addr string) string {
 		}
 	}
 	if g.group {
-		return gossip.FoundMulticast
+		return transport.FoundMulticast
 	}
 	return ""
 }
@@ -46,7 +47,7 @@ func (g *gossipRun) found(addr string) string {
 // and builds the node that reports the table's hits to the peers and
 // applies theirs; Run starts it. It returns nil when no group and no peers
 // are configured: then nothing leaves the host.
-func (d *Daemon) startGossip(full config.Config, open func(config.Gossip) (gossip.Transport, error)) (*gossipRun, error) {
+func (d *Daemon) startGossip(full config.Config, open func(config.Gossip) (transport.Transport, error)) (*gossipRun, error) {
 	cfg := full.Gossip
 	if cfg.Group == "" && len(cfg.Peers) == 0 {
 		return nil, nil
@@ -57,7 +58,7 @@ func (d *Daemon) startGossip(full config.Config, open func(config.Gossip) (gossi
 		return nil, err
 	}
 	run := &gossipRun{}
-	var t gossip.Transport
+	var t transport.Transport
 	if open != nil {
 		t, err = open(cfg)
 	} else {
@@ -107,10 +108,10 @@ func (d *Daemon) startGossip(full config.Config, open func(config.Gossip) (gossi
 
 // openUDP opens the multicast and unicast sockets cfg names, as one
 // transport; unicast is the one a reload gives new peers to.
-func openUDP(cfg config.Gossip, log *slog.Logger) (_ gossip.Transport, unicast *gossip.UnicastTransport, err error) {
-	var ts []gossip.Transport
+func openUDP(cfg config.Gossip, log *slog.Logger) (_ transport.Transport, unicast *transport.UnicastTransport, err error) {
+	var ts []transport.Transport
 	if cfg.Group != "" {
-		t, err := gossip.ListenMulticast(gossip.MulticastConfig{Group: cfg.Group, Interface: cfg.Interface, TTL: cfg.TTL, Logger: log})
+		t, err := transport.ListenMulticast(transport.MulticastConfig{Group: cfg.Group, Interface: cfg.Interface, TTL: cfg.TTL, Logger: log})
 		if err != nil {
 			return nil, nil, fmt.Errorf("gossip multicast %s: %w", cfg.Group, err)
 		}
@@ -118,7 +119,7 @@ func openUDP(cfg config.Gossip, log *slog.Logger) (_ gossip.Transport, unicast *
 		log.Info("gossip: multicast", "group", cfg.Group, "interface", cfg.Interface, "ttl", cfg.TTL)
 	}
 	if len(cfg.Peers) > 0 {
-		t, err := gossip.ListenUnicast(gossip.UnicastConfig{Bind: cfg.Bind, Peers: cfg.Peers, Logger: log})
+		t, err := transport.ListenUnicast(transport.UnicastConfig{Bind: cfg.Bind, Peers: cfg.Peers, Logger: log})
 		if err != nil {
 			for _, t := range ts {
 				t.Close()
@@ -129,7 +130,7 @@ func openUDP(cfg config.Gossip, log *slog.Logger) (_ gossip.Transport, unicast *
 		unicast = t
 		log.Info("gossip: unicast", "bind", t.LocalAddr().String(), "peers", len(cfg.Peers))
 	}
-	return gossip.Multi(ts...), unicast, nil
+	return transport.Multi(ts...), unicast, nil
 }
 
 // readSecret reads the HMAC key from path ("" means none). Surrounding

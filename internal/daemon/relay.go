@@ -10,6 +10,7 @@ import (
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/config"
 	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/transport"
 )
 
 // This file owns the daemon's side of relaying (gossip/relay.go,
@@ -21,7 +22,7 @@ import (
 // on a relay the link to other segments.
 type relayRun struct {
 	hold atomic.Pointer[holdSettings]
-	link *gossip.UnicastTransport
+	link *transport.UnicastTransport
 }
 
 type holdSettings struct {
@@ -75,7 +76,7 @@ func (r *relayRun) openLink(cfg config.Relay, log *slog.Logger) error {
 	if cfg.Mode != config.RelayServe {
 		return nil
 	}
-	t, err := gossip.ListenUnicast(gossip.UnicastConfig{Bind: cfg.Bind, Peers: cfg.Peers, Logger: log})
+	t, err := transport.ListenUnicast(transport.UnicastConfig{Bind: cfg.Bind, Peers: cfg.Peers, Logger: log})
 	if err != nil {
 		return fmt.Errorf("relay link %s: %w", cfg.Bind, err)
 	}

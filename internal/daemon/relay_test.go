@@ -10,6 +10,7 @@ import (
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/config"
 	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/transport"
 )
 
 // TestRelayBetweenDaemons: a relay and two nodes that use it. A hit served
@@ -17,10 +18,10 @@ import (
 // turns a node's relaying off live, and names turning it into a relay as
 // needing a restart.
 func TestRelayBetweenDaemons(t *testing.T) {
-	mem := gossip.NewMemNetwork(gossip.MemConfig{}, time.Now)
+	mem := transport.NewMemNetwork(transport.MemConfig{}, time.Now)
 	cfg := base + "[gossip]\npeers = [\"mem:1\"]\ninterval = \"20ms\"\n[relay]\nmode = \"%s\"\n"
 	mk := func(name, mode string) *running {
-		return start(t, strings.Replace(cfg, "%s", mode, 1), func(config.Gossip) (gossip.Transport, error) { return mem.Join(name), nil })
+		return start(t, strings.Replace(cfg, "%s", mode, 1), func(config.Gossip) (transport.Transport, error) { return mem.Join(name), nil })
 	}
 	relay, a, b := mk("relay", "serve"), mk("a", "use"), mk("b", "use")
 	deliver := func(what string, cond func() bool) {

@@ -5,15 +5,15 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/transport"
 )
 
 func TestWarmStartFromAPeer(t *testing.T) {
-	mem := gossip.NewMemNetwork(gossip.MemConfig{}, time.Now)
+	mem := transport.NewMemNetwork(transport.MemConfig{}, time.Now)
 	// b waits two intervals for answers: long enough for a's to arrive on
 	// a busy machine.
 	cfg := base + "[gossip]\npeers = [\"mem:1\"]\ninterval = \"200ms\"\n"
-	a := start(t, cfg, func(config.Gossip) (gossip.Transport, error) { return mem.Join("a"), nil })
+	a := start(t, cfg, func(config.Gossip) (transport.Transport, error) { return mem.Join("a"), nil })
 	if got := a.ask(t, "x", "x", "x"); got != "OK OK OK" {
 		t.Fatalf("a: %q", got)
 	}
@@ -27,7 +27,7 @@ func TestWarmStartFromAPeer(t *testing.T) {
 		mem.Deliver(time.Now())
 		time.Sleep(5 * time.Millisecond)
 	}
-	b := start(t, cfg, func(config.Gossip) (gossip.Transport, error) { return mem.Join("b"), nil })
+	b := start(t, cfg, func(config.Gossip) (transport.Transport, error) { return mem.Join("b"), nil })
 	for !b.WarmStats().Warm {
 		if time.Now().After(deadline) {
 			t.Fatalf("b not warm within 10s: %+v", b.WarmStats())
@@ -48,9 +48,9 @@ func TestWarmStartFromAPeer(t *testing.T) {
 }
 
 func TestWarmStartOff(t *testing.T) {
-	mem := gossip.NewMemNetwork(gossip.MemConfig{}, time.Now)
+	mem := transport.NewMemNetwork(transport.MemConfig{}, time.Now)
 	cfg := base + "[gossip]\npeers = [\"mem:1\"]\nwarm_start = false\n"
-	a := start(t, cfg, func(config.Gossip) (gossip.Transport, error) { return mem.Join("a"), nil })
+	a := start(t, cfg, func(config.Gossip) (transport.Transport, error) { return mem.Join("a"), nil })
 	if ws := a.WarmStats(); ws.RequestsSent != 0 || ws.Warming {
 		t.Fatalf("warm start off, yet: %+v", ws)
 	}

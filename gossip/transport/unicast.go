@@ -1,4 +1,4 @@
-package gossip
+package transport
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func listenUnicast(cfg UnicastConfig, lookup func(ctx context.Context, host stri
 		every = resolveDefault
 	}
 	if every < 0 {
-		return nil, fmt.Errorf("gossip: resolve interval must be > 0, got %v", cfg.Resolve)
+		return nil, fmt.Errorf("transport: resolve interval must be > 0, got %v", cfg.Resolve)
 	}
 	peers := make([]*udpPeer, 0, len(cfg.Peers))
 	for _, spec := range cfg.Peers {
@@ -70,7 +70,7 @@ func listenUnicast(cfg UnicastConfig, lookup func(ctx context.Context, host stri
 	lc := net.ListenConfig{Control: unicastControl}
 	pc, err := lc.ListenPacket(context.Background(), "udp", cfg.Bind)
 	if err != nil {
-		return nil, fmt.Errorf("gossip: listening on %s: %w", cfg.Bind, err)
+		return nil, fmt.Errorf("transport: listening on %s: %w", cfg.Bind, err)
 	}
 	conn := pc.(*net.UDPConn)
 	t := &UnicastTransport{udpSockets: newUDPSockets(cfg.Logger, conn), conn: conn, peers: peers, lookup: lookup}
@@ -89,14 +89,14 @@ func listenUnicast(cfg UnicastConfig, lookup func(ctx context.Context, host stri
 func parsePeer(spec string) (*udpPeer, error) {
 	host, port, err := net.SplitHostPort(spec)
 	if err != nil {
-		return nil, fmt.Errorf("gossip: peer %q: want \"host:port\": %w", spec, err)
+		return nil, fmt.Errorf("transport: peer %q: want \"host:port\": %w", spec, err)
 	}
 	n, err := strconv.ParseUint(port, 10, 16)
 	if err != nil || n == 0 {
-		return nil, fmt.Errorf("gossip: peer %q: port must be a number from 1 to 65535", spec)
+		return nil, fmt.Errorf("transport: peer %q: port must be a number from 1 to 65535", spec)
 	}
 	if host == "" {
-		return nil, fmt.Errorf("gossip: peer %q: host must not be empty", spec)
+		return nil, fmt.Errorf("transport: peer %q: host must not be empty", spec)
 	}
 	p := &udpPeer{spec: spec, host: host, port: uint16(n)}
 	if a, err := netip.ParseAddr(host); err == nil {

@@ -1,4 +1,4 @@
-package gossip
+package transport
 
 import (
 	"net/netip"
@@ -6,10 +6,12 @@ import (
 	"time"
 )
 
-// This file owns the peers a unicast transport learns: its side of
-// Discovery (discovery.go), and how each peer it sends to was found.
+// This file owns the peers a unicast transport learns: the methods
+// through which package gossip's node, as its Discovery, tells it whom to
+// learn, and how each peer it sends to was found.
 
-// How a peer was found, as PeerInfo.Found and UnicastTransport.Found say.
+// How a peer was found, as UnicastTransport.Found and package gossip's
+// PeerInfo.Found say.
 const (
 	FoundConfigured = "configured" // an address in gossip.peers
 	FoundResolved   = "resolved"   // an address a name in gossip.peers resolved to
@@ -207,8 +209,6 @@ func (t *UnicastTransport) DiscoveryStats() DiscoveryStats {
 	st.Learned = len(t.learn.peers)
 	return st
 }
-
-var _ Discovery = (*UnicastTransport)(nil)
 
 // SilentAfter sets how long a learned peer may stay unheard: the node's
 // silence timeout, which the node gives it.

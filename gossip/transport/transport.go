@@ -1,4 +1,4 @@
-package gossip
+package transport
 
 import (
 	"errors"
@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// Packet is one datagram received.
+// Packet is one datagram received. Its zero value is an empty datagram
+// from nowhere.
 type Packet struct {
 	// Data is the datagram's payload. It belongs to the receiver: the
 	// transport never reuses or modifies it.
@@ -19,7 +20,8 @@ type Packet struct {
 	// MemNetwork.
 	At time.Time
 	// Unicast is set when the datagram arrived on a unicast transport's
-	// socket: only then is its source a peer one can learn (see Discovery).
+	// socket: only then is its source a peer one can learn (see
+	// UnicastTransport.Heard).
 	Unicast bool
 }
 

@@ -1,4 +1,4 @@
-package gossip
+package transport
 
 import (
 	"context"
@@ -49,12 +49,12 @@ func ListenMulticast(cfg MulticastConfig) (*MulticastTransport, error) {
 		return nil, err
 	}
 	if cfg.TTL < 0 || cfg.TTL > maxMulticastTTL {
-		return nil, fmt.Errorf("gossip: multicast ttl must be between 0 and %d, got %d", maxMulticastTTL, cfg.TTL)
+		return nil, fmt.Errorf("transport: multicast ttl must be between 0 and %d, got %d", maxMulticastTTL, cfg.TTL)
 	}
 	var ifi *net.Interface // nil: the kernel chooses
 	if cfg.Interface != "" {
 		if ifi, err = net.InterfaceByName(cfg.Interface); err != nil {
-			return nil, fmt.Errorf("gossip: multicast interface %q: %w", cfg.Interface, err)
+			return nil, fmt.Errorf("transport: multicast interface %q: %w", cfg.Interface, err)
 		}
 	}
 	conn, err := bindGroup(group)
@@ -69,7 +69,7 @@ func ListenMulticast(cfg MulticastConfig) (*MulticastTransport, error) {
 	pc, err := lc.ListenPacket(context.Background(), "udp4", "0.0.0.0:0")
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("gossip: opening the socket that sends to %s: %w", group, err)
+		return nil, fmt.Errorf("transport: opening the socket that sends to %s: %w", group, err)
 	}
 	send := pc.(*net.UDPConn)
 	if err := sendOptions(send, ifi, cfg.TTL); err != nil {
@@ -99,16 +99,16 @@ func (t *MulticastTransport) SendTo(b []byte, to string) error { return t.sendTo
 func parseGroup(s string) (netip.AddrPort, error) {
 	ap, err := netip.ParseAddrPort(s)
 	if err != nil {
-		return ap, fmt.Errorf("gossip: multicast group %q: want \"address:port\": %w", s, err)
+		return ap, fmt.Errorf("transport: multicast group %q: want \"address:port\": %w", s, err)
 	}
 	a := ap.Addr().Unmap()
 	switch {
 	case !a.IsMulticast():
-		return ap, fmt.Errorf("gossip: multicast group %q: %s is not a multicast address", s, a)
+		return ap, fmt.Errorf("transport: multicast group %q: %s is not a multicast address", s, a)
 	case !a.Is4():
-		return ap, fmt.Errorf("gossip: multicast group %q: only IPv4 groups (224.0.0.0/4) are supported", s)
+		return ap, fmt.Errorf("transport: multicast group %q: only IPv4 groups (224.0.0.0/4) are supported", s)
 	case ap.Port() == 0:
-		return ap, fmt.Errorf("gossip: multicast group %q: port must not be 0", s)
+		return ap, fmt.Errorf("transport: multicast group %q: port must not be 0", s)
 	}
 	return netip.AddrPortFrom(a, ap.Port()), nil
 }
@@ -125,7 +125,7 @@ func interfaceName(ifi *net.Interface) string {
 func joinGroup(conn *net.UDPConn, group netip.AddrPort, ifi *net.Interface) error {
 	p := ipv4.NewPacketConn(conn)
 	if err := p.JoinGroup(ifi, &net.UDPAddr{IP: group.Addr().AsSlice()}); err != nil {
-		return fmt.Errorf("gossip: joining multicast group %s on %s (is there a route to 224.0.0.0/4?): %w", group.Addr(), interfaceName(ifi), err)
+		return fmt.Errorf("transport: joining multicast group %s on %s (is there a route to 224.0.0.0/4?): %w", group.Addr(), interfaceName(ifi), err)
 	}
 	return nil
 }
@@ -137,14 +137,14 @@ func sendOptions(conn *net.UDPConn, ifi *net.Interface, ttl int) error {
 	on := interfaceName(ifi)
 	if ifi != nil {
 		if err := p.SetMulticastInterface(ifi); err != nil {
-			return fmt.Errorf("gossip: sending multicast on %s: %w", on, err)
+			return fmt.Errorf("transport: sending multicast on %s: %w", on, err)
 		}
 	}
 	if err := p.SetMulticastTTL(ttl); err != nil {
-		return fmt.Errorf("gossip: setting multicast ttl %d: %w", ttl, err)
+		return fmt.Errorf("transport: setting multicast ttl %d: %w", ttl, err)
 	}
 	if err := p.SetMulticastLoopback(true); err != nil {
-		return fmt.Errorf("gossip: enabling multicast loopback: %w", err)
+		return fmt.Errorf("transport: enabling multicast loopback: %w", err)
 	}
 	return nil
 }
@@ -155,7 +155,7 @@ func sendOptions(conn *net.UDPConn, ifi *net.Interface, ttl int) error {
 // in unicast datagrams to that port on any of the host's addresses.
 func bindGroup(group netip.AddrPort) (*net.UDPConn, error) {
 	fail := func(err error) error {
-		return fmt.Errorf("gossip: listening on multicast group %s: %w", group, err)
+		return fmt.Errorf("transport: listening on multicast group %s: %w", group, err)
 	}
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
 	if err != nil {

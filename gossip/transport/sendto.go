@@ -1,4 +1,4 @@
-package gossip
+package transport
 
 import (
 	"errors"
@@ -18,7 +18,7 @@ type Unicaster interface {
 
 // ErrNoUnicast is returned by a combination of transports' SendTo when
 // none of them can send to a single address.
-var ErrNoUnicast = errors.New("gossip: no unicast transport")
+var ErrNoUnicast = errors.New("transport: no unicast transport")
 
 var (
 	_ Unicaster = (*MemTransport)(nil)
@@ -31,7 +31,7 @@ var (
 // network's faults; a name not on the network receives nothing.
 func (t *MemTransport) SendTo(b []byte, to string) error {
 	if to == "" {
-		return fmt.Errorf("gossip: send to an empty name")
+		return fmt.Errorf("transport: send to an empty name")
 	}
 	return t.network.send(t, b, to)
 }

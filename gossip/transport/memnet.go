@@ -1,4 +1,4 @@
-package gossip
+package transport
 
 import (
 	"container/heap"
@@ -87,7 +87,7 @@ func (n *MemNetwork) Join(name string) *MemTransport {
 	defer n.mu.Unlock()
 	for _, t := range n.nodes {
 		if t.name == name {
-			panic(fmt.Sprintf("gossip: node %q already joined the network", name))
+			panic(fmt.Sprintf("transport: node %q already joined the network", name))
 		}
 	}
 	t := &MemTransport{network: n, name: name, ch: make(chan Packet, memBuffer)}
@@ -131,7 +131,7 @@ func (n *MemNetwork) send(from *MemTransport, b []byte, only string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if from.closed {
-		return fmt.Errorf("gossip: send from %s: %w", from.name, net.ErrClosed)
+		return fmt.Errorf("transport: send from %s: %w", from.name, net.ErrClosed)
 	}
 	n.stats.Sent++
 	sent := n.now()

@@ -1,4 +1,4 @@
-package gossip
+package transport
 
 import (
 	"context"
@@ -84,7 +84,7 @@ func unicastControl(network, _ string, c syscall.RawConn) error {
 func setSockopts(fd int, network string, opts []sockopt) error {
 	for _, o := range opts {
 		if err := unix.SetsockoptInt(fd, o.level, o.name, o.value); err != nil {
-			return fmt.Errorf("gossip: setting %s on %s socket: %w", o.what, network, os.NewSyscallError("setsockopt", err))
+			return fmt.Errorf("transport: setting %s on %s socket: %w", o.what, network, os.NewSyscallError("setsockopt", err))
 		}
 	}
 	return nil
@@ -170,7 +170,7 @@ func (u *udpSockets) receive(conn *net.UDPConn) {
 // closed returns an error matching net.ErrClosed once Close was called.
 func (u *udpSockets) closed() error {
 	if u.ctx.Err() != nil {
-		return fmt.Errorf("gossip: send: %w", net.ErrClosed)
+		return fmt.Errorf("transport: send: %w", net.ErrClosed)
 	}
 	return nil
 }
@@ -183,7 +183,7 @@ func (u *udpSockets) sendTo(conn *net.UDPConn, b []byte, to string) error {
 	}
 	ap, err := netip.ParseAddrPort(to)
 	if err != nil {
-		return fmt.Errorf("gossip: send to %q: %w", to, err)
+		return fmt.Errorf("transport: send to %q: %w", to, err)
 	}
 	_, err = conn.WriteToUDPAddrPort(b, ap)
 	return err
