@@ -110,18 +110,21 @@ func awaitRefused(t *testing.T, d *daemon, probe string, within time.Duration) {
 
 // checkConverged spends tags on from, then checks every other node
 // refuses them once the report arrived: probe with one tag, then the
-// other must be refused at its first query.
+// other must be refused at its first query. The check is spent before the
+// probe, so that it was reported with the probe or before it, whenever
+// the node's report falls between the two.
 func checkConverged(t *testing.T, from *daemon, others []*daemon, within time.Duration) {
 	t.Helper()
 	var tags []string
 	for i := range others {
-		tags = append(tags, fmt.Sprintf("probe-%p-%d", from, i), fmt.Sprintf("check-%p-%d", from, i))
+		tags = append(tags, fmt.Sprintf("check-%p-%d", from, i), fmt.Sprintf("probe-%p-%d", from, i))
 	}
 	spend(t, from, tags...)
 	for i, d := range others {
-		awaitRefused(t, d, tags[2*i], within)
-		if ask(t, d.sock, tags[2*i+1]) {
-			t.Fatalf("node %d served %s, spent on another node and reported with the probe", i+1, tags[2*i+1])
+		check, probe := tags[2*i], tags[2*i+1]
+		awaitRefused(t, d, probe, within)
+		if ask(t, d.sock, check) {
+			t.Fatalf("node %d served %s, spent on another node before the probe and reported with it or before", i+1, check)
 		}
 	}
 }
