@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/relay"
 	"github.com/dthrottle/dthrottle/protocol"
 )
 
@@ -47,7 +48,7 @@ func TestStats(t *testing.T) {
 		ToRelayPackets: 3, ToRelayBytes: 300, AggregatePackets: 4, AggregateBytes: 400, CrossingPackets: 5, CrossingBytes: 500,
 		ToRelayReceived: 6, ToRelayBytesReceived: 600, AggregatesReceived: 7, AggregateBytesReceived: 700,
 		CrossingsReceived: 8, CrossingBytesReceived: 800, ForeignHits: 9, RemoteSilences: 1, OwnPending: 2, OwnForgotten: 3,
-		Sum: gossip.RelayStats{HeldTags: 4, HeldHits: 5, HotTags: 6, Passed: 7, Dropped: 8}}
+		Sum: relay.Stats{HeldTags: 4, HeldHits: 5, HotTags: 6, Passed: 7, Dropped: 8}}
 	relay := `"relay":{"mode":"serve","relays":1,"remote_relays":2,"reports_via_relays":10,"reports_direct":1,` +
 		`"sent":{"aggregate":{"packets":4,"bytes":400},"crossing":{"packets":5,"bytes":500},"to_relay":{"packets":3,"bytes":300}},` +
 		`"received":{"aggregate":{"packets":7,"bytes":700},"crossing":{"packets":8,"bytes":800},"to_relay":{"packets":6,"bytes":600}},` +

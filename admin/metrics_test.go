@@ -10,6 +10,7 @@ import (
 	"github.com/dthrottle/dthrottle/gossip"
 	"github.com/dthrottle/dthrottle/state"
 
+	"github.com/dthrottle/dthrottle/gossip/relay"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -216,7 +217,7 @@ var (
 		ToRelayPackets: 3, ToRelayBytes: 300, AggregatePackets: 4, AggregateBytes: 400, CrossingPackets: 5, CrossingBytes: 500,
 		ToRelayReceived: 6, ToRelayBytesReceived: 600, AggregatesReceived: 7, AggregateBytesReceived: 700,
 		CrossingsReceived: 8, CrossingBytesReceived: 800, ForeignHits: 9, OwnPending: 2,
-		Sum: gossip.RelayStats{HeldTags: 4, HeldHits: 5, HotTags: 6, Passed: 7, Dropped: 8}}
+		Sum: relay.Stats{HeldTags: 4, HeldHits: 5, HotTags: 6, Passed: 7, Dropped: 8}}
 	stateSample = state.Stats{Loaded: true, Load: state.Info{Tags: 1000, Adopted: 900, Bytes: 21000,
 		Duration: 2 * time.Millisecond, Age: 90 * time.Second}}
 )

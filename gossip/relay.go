@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dthrottle/dthrottle/gossip/relay"
 	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/gossip/wire"
 )
@@ -15,7 +16,7 @@ import (
 // relays' aggregates less the node's own hits; on a relay, summing what
 // the segment's nodes send, passing it on every interval to the segment
 // and to the relays of other segments, and passing into the segment what
-// those send. The sums and the ledger of own hits are relaysum.go's, the
+// those send. The sums and the ledger of own hits are package relay's, the
 // message types wire/relay.go's.
 
 // RelayMode says how a node takes part in relaying.
@@ -51,7 +52,7 @@ type RelayConfig struct {
 	Mode RelayMode
 	// Hold gives, on a relay, a tag's threshold and hold age (HoldFor);
 	// nil holds nothing back.
-	Hold HoldFunc
+	Hold relay.HoldFunc
 	// MaxAge is the longest hold age Hold gives: a node forgets the hits
 	// it sent to relays and has not seen come back after MaxAge plus two
 	// intervals and the silence timeout.
@@ -61,13 +62,6 @@ type RelayConfig struct {
 	// on Stop. It is set at NewNode only.
 	Link transport.Transport
 }
-
-// maxLedger bounds each relay ledger's tags (a relay's held sums, the
-// hits from other segments, a node's own hits not yet come back), however
-// many tags arrive: past it, a relay passes a new tag on unheld, and a
-// node keeps no record of it (its own hits then come back and are
-// counted twice, which refuses early, never late).
-const maxLedger = 1 << 20
 
 // Relay states a peer can have in the peers view (PeerInfo.Relay).
 const (
@@ -85,10 +79,10 @@ type relayState struct {
 	relays  map[uint64]*relayHeard // this segment's relays, by node id
 	remote  map[uint64]*peer       // other segments' relays, with their windows
 	senders map[uint64]*peer       // nodes that send this relay hits
-	sum     *RelaySum              // when serving
+	sum     *relay.Sum             // when serving
 	final   bool                   // stopping: the last aggregate holds nothing back
 	foreign map[string]uint32      // other segments' hits for the next aggregate
-	own     *OwnHits
+	own     *relay.OwnHits
 	back    []Hit // forward's own hits come back, reused
 	stats   RelayNodeStats
 
@@ -139,7 +133,7 @@ type RelayNodeStats struct {
 	CrossingsOwnSegment uint64
 	OwnPending          int    // tags whose hits sent to relays have not come back
 	OwnForgotten        uint64 // hits not seen back in time, forgotten
-	Sum                 RelayStats
+	Sum                 relay.Stats
 }
 
 func (rs *relayState) init(cfg RelayConfig, every time.Duration) {
@@ -150,14 +144,14 @@ func (rs *relayState) init(cfg RelayConfig, every time.Duration) {
 	rs.encs = map[uint64]*wire.Encoder{}
 	rs.every = every
 	rs.link = cfg.Link
-	rs.own = NewOwnHits(0)
+	rs.own = relay.NewOwnHits(0)
 	rs.set(cfg)
 }
 
 // set applies cfg but its Link. Called with mu held, or before use.
 func (rs *relayState) set(cfg RelayConfig) {
 	rs.cfg = cfg
-	rs.own.forget = cfg.MaxAge + 2*rs.every + silentAfter(rs.every)
+	rs.own.SetForget(cfg.MaxAge + 2*rs.every + silentAfter(rs.every))
 	hold := cfg.Hold
 	if hold == nil {
 		hold = func(string) (uint32, time.Duration) { return 1, rs.every }
@@ -166,9 +160,9 @@ func (rs *relayState) set(cfg RelayConfig) {
 	case cfg.Mode != RelayServe:
 		rs.sum = nil
 	case rs.sum == nil:
-		rs.sum = NewRelaySum(hold, 2, rs.every)
+		rs.sum = relay.NewSum(hold, 2, rs.every)
 	default:
-		rs.sum.hold, rs.sum.every = hold, rs.every
+		rs.sum.SetHold(hold, rs.every)
 	}
 }
 
@@ -247,14 +241,14 @@ func (n *Node) sendToRelays(now time.Time, hits []Hit, live []liveRelay) error {
 		rs.byRelay[k] = rs.byRelay[k][:0]
 	}
 	for _, h := range hits {
-		k := PickRelay(h.Key, len(live))
+		k := relay.Pick(h.Key, len(live))
 		rs.byRelay[k] = append(rs.byRelay[k], h)
 	}
 	rs.mu.Lock()
 	for k, r := range live {
-		rs.own.sentCapped(now, rs.byRelay[k])
+		rs.own.SentCapped(now, rs.byRelay[k])
 		if r.self && rs.sum != nil {
-			rs.sum.addCapped(now, rs.byRelay[k])
+			rs.sum.AddCapped(now, rs.byRelay[k])
 		}
 	}
 	rs.stats.ViaRelays++
@@ -327,7 +321,7 @@ func (n *Node) forward(now time.Time) error {
 		return nil
 	}
 	if rs.final {
-		rs.out = rs.sum.flushAll(rs.out[:0])
+		rs.out = rs.sum.FlushAll(rs.out[:0])
 	} else {
 		rs.out = rs.sum.Flush(now, rs.out[:0])
 	}
@@ -337,7 +331,7 @@ func (n *Node) forward(now time.Time) error {
 		rs.stats.ForeignHits += uint64(c)
 	}
 	clear(rs.foreign)
-	rs.mine, rs.back = rs.own.split(rs.out, rs.mine[:0], rs.back[:0])
+	rs.mine, rs.back = rs.own.Split(rs.out, rs.mine[:0], rs.back[:0])
 	link := rs.link
 	rs.mu.Unlock()
 	n.snap.reported(rs.back)

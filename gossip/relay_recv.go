@@ -3,6 +3,7 @@ package gossip
 import (
 	"time"
 
+	"github.com/dthrottle/dthrottle/gossip/relay"
 	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/gossip/wire"
 )
@@ -38,7 +39,7 @@ func (n *Node) receiveAggregate(msg wire.Message, p transport.Packet) {
 	delete(rs.remote, msg.Node) // a relay of this segment, not of another
 	rs.stats.AggregatesReceived++
 	rs.stats.AggregateBytesReceived += uint64(len(p.Data))
-	mine, back := rs.own.split(msg.Hits, nil, nil)
+	mine, back := rs.own.Split(msg.Hits, nil, nil)
 	rs.mu.Unlock()
 	n.snap.reported(back)
 	if len(mine) > 0 {
@@ -84,17 +85,17 @@ func (n *Node) receiveRelayed(msg wire.Message, p transport.Packet) {
 	case msg.Type == wire.MsgToRelay:
 		rs.stats.ToRelayReceived++
 		rs.stats.ToRelayBytesReceived += uint64(len(p.Data))
-		rs.sum.addCapped(now, msg.Hits)
+		rs.sum.AddCapped(now, msg.Hits)
 	default:
 		rs.stats.CrossingsReceived++
 		rs.stats.CrossingBytesReceived += uint64(len(p.Data))
 		var buf [8]liveRelay
 		live := rs.live(now, n.id, silent, buf[:0])
 		for _, h := range msg.Hits {
-			if !live[PickRelay(h.Key, len(live))].self {
+			if !live[relay.Pick(h.Key, len(live))].self {
 				continue // another relay of this segment passes it on
 			}
-			if _, ok := rs.foreign[h.Key]; ok || len(rs.foreign) < maxLedger {
+			if _, ok := rs.foreign[h.Key]; ok || len(rs.foreign) < relay.MaxLedger {
 				rs.foreign[h.Key] += h.Count
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/gossip/relay"
 	"github.com/dthrottle/dthrottle/gossip/transport"
 )
 
@@ -18,7 +19,7 @@ type relayNode struct {
 	link *transport.MemTransport
 }
 
-func newRelayNode(t *testing.T, seg *transport.MemNetwork, link *transport.MemNetwork, name string, mode RelayMode, hold HoldFunc) *relayNode {
+func newRelayNode(t *testing.T, seg *transport.MemNetwork, link *transport.MemNetwork, name string, mode RelayMode, hold relay.HoldFunc) *relayNode {
 	t.Helper()
 	rn := &relayNode{}
 	cfg := RelayConfig{Mode: mode, Hold: hold, MaxAge: 2 * time.Second}

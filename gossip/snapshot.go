@@ -275,7 +275,7 @@ func (n *Node) receiveSnapshot(msg wire.Message, p transport.Packet) {
 		// The hits this node sent to relays and has not seen come back
 		// are its own still: no peer's level holds them.
 		n.relay.mu.Lock()
-		n.relay.own.pending(msg.Snapshot.Levels, -1)
+		n.relay.own.Pending(msg.Snapshot.Levels, -1)
 		n.relay.mu.Unlock()
 		spend(msg.Snapshot.Levels, s.since, -1)
 		s.stats.TagsAdopted += uint64(n.cfg.Merge(p.At, msg.Snapshot.Levels))
@@ -374,7 +374,7 @@ func (n *Node) sendNext(now time.Time, a *answer) (done bool) {
 		// The hits this node sent to relays and has not seen come back
 		// are unreported still to the asker.
 		n.relay.mu.Lock()
-		n.relay.own.pending(a.levels, +1)
+		n.relay.own.Pending(a.levels, +1)
 		n.relay.mu.Unlock()
 		spend(a.levels, a.theirs, +1)
 	}

@@ -264,10 +264,12 @@ func TestWarmStartAnswerSpansAReport(t *testing.T) {
 	if ws := cn.node.WarmStats(); !ws.Warm || ws.PeersAnswered != 2 {
 		t.Fatalf("c: %+v", ws)
 	}
-	// Levels wait in hand up to a part's pacing, some 0.2 s here, and
-	// have not refilled the 0.1 token of that wait; a hit counted twice
-	// or missed is a whole token.
-	c.within("after the answer", 0.15, tags...)
+	// Levels wait in hand up to a part's pacing (a part of some 200 to
+	// 300 tags is 6 to 9 datagrams at 40 a second: up to 0.25 s, and the
+	// parts fall differently with each run's hash seed), and have not
+	// refilled the r*wait of that wait, up to 0.15 token; a hit counted
+	// twice or missed is a whole token, so the check allows under half.
+	c.within("after the answer", 0.4, tags...)
 }
 
 // TestRelayAggregatesCountOnce holds the relays' path to the exact count

@@ -10,6 +10,7 @@ import (
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/config"
 	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/relay"
 	"github.com/dthrottle/dthrottle/gossip/transport"
 )
 
@@ -44,7 +45,7 @@ func (r *relayRun) relayConfig(cfg config.Config, table *bucket.Table) gossip.Re
 	var maxAge time.Duration
 	for _, p := range table.Policies() {
 		if limits(p) {
-			_, age := gossip.HoldFor(h.fraction, p.Burst, p.Refill(), h.interval)
+			_, age := relay.HoldFor(h.fraction, p.Burst, p.Refill(), h.interval)
 			maxAge = max(maxAge, age)
 		}
 	}
@@ -53,7 +54,7 @@ func (r *relayRun) relayConfig(cfg config.Config, table *bucket.Table) gossip.Re
 		Hold: func(key string) (uint32, time.Duration) {
 			h := r.hold.Load()
 			if p := table.PolicyOf(key); limits(p) {
-				return gossip.HoldFor(h.fraction, p.Burst, p.Refill(), h.interval)
+				return relay.HoldFor(h.fraction, p.Burst, p.Refill(), h.interval)
 			}
 			return 1, h.interval // no bucket to hold for: pass it on
 		},

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/gossip"
+	ledger "github.com/dthrottle/dthrottle/gossip/relay"
 )
 
 // relay is the relay designs: the first Relays nodes of the segment are
@@ -18,19 +19,19 @@ import (
 // the relays and not yet seen come back, and subtracts it. A node that
 // hears no relay for the silence timeout sends its hits directly to every
 // node, as today. With hold set, a relay holds a tag's sum as
-// gossip.RelaySum says (until it reaches the threshold; hot tags at every
+// ledger.Sum says (until it reaches the threshold; hot tags at every
 // aggregate; sums too sparse to matter dropped); without, it passes every
 // sum on at the next aggregate. The ledgers are the gossip package's own
-// (gossip.RelaySum, gossip.OwnHits, gossip.PickRelay).
+// (ledger.Sum, ledger.OwnHits, gossip.PickRelay).
 type relay struct {
 	s      *sim
 	hold   bool
 	relays []int // node index of each relay
 	failed bool
 
-	agg   []*gossip.RelaySum // per relay: hits summed and not yet sent
-	own   []*gossip.OwnHits  // per node: hits sent to a relay and not yet come back
-	heard [][]time.Time      // per node, per relay: when its last aggregate arrived
+	agg   []*ledger.Sum     // per relay: hits summed and not yet sent
+	own   []*ledger.OwnHits // per node: hits sent to a relay and not yet come back
+	heard [][]time.Time     // per node, per relay: when its last aggregate arrived
 
 	silentAfter time.Duration
 	byRelay     [][]gossip.Hit
@@ -43,7 +44,7 @@ type relay struct {
 func newRelay(s *sim, hold bool) design {
 	n := min(s.cfg.Relays, len(s.nodes))
 	r := &relay{s: s, hold: hold,
-		agg: make([]*gossip.RelaySum, n), own: make([]*gossip.OwnHits, len(s.nodes)),
+		agg: make([]*ledger.Sum, n), own: make([]*ledger.OwnHits, len(s.nodes)),
 		heard: make([][]time.Time, len(s.nodes)), byRelay: make([][]gossip.Hit, n),
 		silentAfter: gossip.SilentAfter(s.cfg.Interval)}
 	theta, age := s.cfg.threshold(), s.cfg.holdAge()
@@ -57,10 +58,10 @@ func newRelay(s *sim, hold bool) design {
 	}
 	for k := range n {
 		r.relays = append(r.relays, k)
-		r.agg[k] = gossip.NewRelaySum(holdFn, s.cfg.HotAges, s.cfg.RelayEvery)
+		r.agg[k] = ledger.NewSum(holdFn, s.cfg.HotAges, s.cfg.RelayEvery)
 	}
 	for i := range s.nodes {
-		r.own[i] = gossip.NewOwnHits(forget)
+		r.own[i] = ledger.NewOwnHits(forget)
 		r.heard[i] = make([]time.Time, n)
 		for k := range n {
 			r.heard[i][k] = s.t0 // relays are taken to be there at the start
@@ -98,7 +99,7 @@ func (r *relay) report(i int, now time.Time) {
 		r.byRelay[k] = r.byRelay[k][:0]
 	}
 	for _, h := range hits {
-		k := r.live[gossip.PickRelay(h.Key, len(r.live))]
+		k := r.live[ledger.Pick(h.Key, len(r.live))]
 		r.byRelay[k] = append(r.byRelay[k], h)
 	}
 	for k, hs := range r.byRelay {

@@ -1,4 +1,4 @@
-package gossip
+package relay
 
 import (
 	"reflect"
@@ -32,7 +32,7 @@ func TestHoldFor(t *testing.T) {
 	}
 }
 
-// relayStep is one aggregate of a RelaySum: hits added at t, then what a
+// relayStep is one aggregate of a Sum: hits added at t, then what a
 // Flush at t passes on.
 type relayStep struct {
 	t    time.Duration
@@ -40,7 +40,7 @@ type relayStep struct {
 	want []Hit
 }
 
-func runRelaySum(t *testing.T, r *RelaySum, steps []relayStep) {
+func runSum(t *testing.T, r *Sum, steps []relayStep) {
 	t.Helper()
 	t0 := time.Unix(1_800_000_000, 0)
 	for i, st := range steps {
@@ -56,11 +56,11 @@ func runRelaySum(t *testing.T, r *RelaySum, steps []relayStep) {
 	}
 }
 
-func TestRelaySum(t *testing.T) {
+func TestSum(t *testing.T) {
 	s := time.Second
 	hold := func(string) (uint32, time.Duration) { return 10, 2 * s }
-	r := NewRelaySum(hold, 2, s)
-	runRelaySum(t, r, []relayStep{
+	r := NewSum(hold, 2, s)
+	runSum(t, r, []relayStep{
 		// Under the threshold: held.
 		{0, []Hit{{Key: "a", Count: 4}, {Key: "b", Count: 1}}, nil},
 		// a reaches 10: passed on, and hot for 2 ages (4 s).
@@ -75,17 +75,17 @@ func TestRelaySum(t *testing.T) {
 		{8 * s, []Hit{{Key: "a", Count: 9}}, []Hit{{Key: "a", Count: 10}}},
 	})
 	st := r.Stats()
-	want := RelayStats{HeldTags: 0, HotTags: 1, Added: 42, Passed: 41, Dropped: 1, DroppedTags: 1} // c cooled at 7 s
+	want := Stats{HeldTags: 0, HotTags: 1, Added: 42, Passed: 41, Dropped: 1, DroppedTags: 1} // c cooled at 7 s
 	if st != want {
 		t.Errorf("stats %+v, want %+v", st, want)
 	}
 }
 
-// TestRelaySumHoldsNothing: a threshold of 1 passes every sum on at the
+// TestSumHoldsNothing: a threshold of 1 passes every sum on at the
 // next aggregate, in key order; empty keys and counts are ignored.
-func TestRelaySumHoldsNothing(t *testing.T) {
-	r := NewRelaySum(func(string) (uint32, time.Duration) { return 1, time.Second }, 1, time.Second)
-	runRelaySum(t, r, []relayStep{
+func TestSumHoldsNothing(t *testing.T) {
+	r := NewSum(func(string) (uint32, time.Duration) { return 1, time.Second }, 1, time.Second)
+	runSum(t, r, []relayStep{
 		{0, []Hit{{Key: "z", Count: 1}, {Key: "a", Count: 2}, {Key: "", Count: 5}, {Key: "q", Count: 0}, {Key: "z", Count: 3}}, []Hit{{Key: "a", Count: 2}, {Key: "z", Count: 4}}},
 		{time.Second, nil, nil},
 	})
@@ -94,16 +94,16 @@ func TestRelaySumHoldsNothing(t *testing.T) {
 	}
 }
 
-// TestRelaySumPerTag: each tag has its own threshold and age.
-func TestRelaySumPerTag(t *testing.T) {
+// TestSumPerTag: each tag has its own threshold and age.
+func TestSumPerTag(t *testing.T) {
 	hold := func(key string) (uint32, time.Duration) {
 		if key[0] == 'l' { // "login:" tags: burst 4
 			return 2, 4 * time.Second
 		}
 		return 10, 2 * time.Second
 	}
-	r := NewRelaySum(hold, 1, time.Second)
-	runRelaySum(t, r, []relayStep{
+	r := NewSum(hold, 1, time.Second)
+	runSum(t, r, []relayStep{
 		{0, []Hit{{Key: "login:x", Count: 2}, {Key: "ip", Count: 2}}, []Hit{{Key: "login:x", Count: 2}}},
 		{2 * time.Second, nil, nil}, // ip dropped at its age
 	})
@@ -147,13 +147,13 @@ func TestOwnHits(t *testing.T) {
 
 // TestPickRelay: the same key always goes to the same relay, and keys
 // spread over the relays.
-func TestPickRelay(t *testing.T) {
+func TestPick(t *testing.T) {
 	counts := make([]int, 3)
 	for i := range 3000 {
 		key := "tag" + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676))
-		k := PickRelay(key, 3)
-		if k != PickRelay(key, 3) || k < 0 || k >= 3 {
-			t.Fatalf("PickRelay(%q, 3) = %d", key, k)
+		k := Pick(key, 3)
+		if k != Pick(key, 3) || k < 0 || k >= 3 {
+			t.Fatalf("Pick(%q, 3) = %d", key, k)
 		}
 		counts[k]++
 	}
@@ -162,7 +162,7 @@ func TestPickRelay(t *testing.T) {
 			t.Errorf("relay %d got %d of 3000 keys", k, n)
 		}
 	}
-	if PickRelay("anything", 1) != 0 {
+	if Pick("anything", 1) != 0 {
 		t.Error("one relay: not 0")
 	}
 }

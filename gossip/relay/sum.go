@@ -1,16 +1,29 @@
-package gossip
+// Package relay holds the two ledgers of relays that hold back
+// (docs/scaling.md): what a relay sums per tag before it passes it on
+// (Sum), and what a node sent to a relay and has not yet seen come back
+// (OwnHits); with the hold-back of a policy (HoldFor) and the relay a
+// tag's hits go to (Pick). They are plain data structures on an injected
+// clock: the node that sends reports to relays and applies their
+// aggregates is package gossip's.
+package relay
 
 import (
 	"cmp"
 	"slices"
 	"time"
+
+	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
-// This file holds the two ledgers of relays that hold back
-// (docs/scaling.md): what a relay sums per tag before it passes it on,
-// and what a node sent to a relay and has not yet seen come back. They
-// are plain data structures on an injected clock; the transport that
-// carries reports to relays and aggregates back is not here.
+// Hit is a tag's key and a count of hits, as reports carry them.
+type Hit = wire.Hit
+
+// MaxLedger bounds each relay ledger's tags (a relay's held sums, the
+// hits from other segments, a node's own hits not yet come back), however
+// many tags arrive: past it, a relay passes a new tag on unheld, and a
+// node keeps no record of it (its own hits then come back and are
+// counted twice, which refuses early, never late).
+const MaxLedger = 1 << 20
 
 // HoldFunc gives a tag's hold-back threshold, in hits, and its hold age:
 // a relay holds a tag's sum until it reaches the threshold, and drops it
@@ -37,7 +50,7 @@ func HoldFor(fraction float64, burst int, refill, interval time.Duration) (thres
 	return t, max(interval, min(MaxHoldAge, (a+interval-1)/interval*interval))
 }
 
-// RelaySum is what a relay keeps between aggregates: per tag, the hits
+// Sum is what a relay keeps between aggregates: per tag, the hits
 // its nodes reported that it has not passed on, and the tags that are
 // hot. A tag whose sum reaches its threshold in one aggregate is passed
 // on and is hot for HotAges times its hold age after (renewed while each
@@ -47,16 +60,16 @@ func HoldFor(fraction float64, burst int, refill, interval time.Duration) (thres
 // as promptly as without holding. A sum that stays under its threshold
 // for its hold age is dropped: a client that sparse is far from its limit.
 //
-// Its zero value is not usable: see NewRelaySum. Not safe for concurrent
+// Its zero value is not usable: see NewSum. Not safe for concurrent
 // use.
-type RelaySum struct {
+type Sum struct {
 	hold     HoldFunc
 	hotAges  int
 	every    time.Duration
 	held     map[string]*heldSum
 	hot      map[string]time.Time // until when a tag is hot
 	overflow []Hit                // passed on unheld: the sums were full
-	stats    RelayStats
+	stats    Stats
 }
 
 type heldSum struct {
@@ -64,8 +77,8 @@ type heldSum struct {
 	since time.Time
 }
 
-// RelayStats are a RelaySum's counters over its life, and what it holds.
-type RelayStats struct {
+// Stats are a Sum's counters over its life, and what it holds.
+type Stats struct {
 	HeldTags    int    // tags with a sum held now
 	HeldHits    uint64 // hits held now
 	HotTags     int    // tags hot now
@@ -76,16 +89,16 @@ type RelayStats struct {
 	Overflow    uint64 // hits passed on unheld because the sums were full
 }
 
-// NewRelaySum returns an empty sum for a relay that sends an aggregate
+// NewSum returns an empty sum for a relay that sends an aggregate
 // every interval. hotAges is at least 1.
-func NewRelaySum(hold HoldFunc, hotAges int, every time.Duration) *RelaySum {
-	return &RelaySum{hold: hold, hotAges: max(1, hotAges), every: every,
+func NewSum(hold HoldFunc, hotAges int, every time.Duration) *Sum {
+	return &Sum{hold: hold, hotAges: max(1, hotAges), every: every,
 		held: map[string]*heldSum{}, hot: map[string]time.Time{}}
 }
 
 // Add sums hits a node reported at now. It does not retain hits, but it
 // keeps their keys.
-func (r *RelaySum) Add(now time.Time, hits []Hit) {
+func (r *Sum) Add(now time.Time, hits []Hit) {
 	for _, h := range hits {
 		if h.Key == "" || h.Count == 0 {
 			continue
@@ -105,7 +118,7 @@ func (r *RelaySum) Add(now time.Time, hits []Hit) {
 // of hot tags and those that reached their threshold. It drops the sums
 // that stayed under their threshold for their hold age, and keeps the
 // rest.
-func (r *RelaySum) Flush(now time.Time, dst []Hit) []Hit {
+func (r *Sum) Flush(now time.Time, dst []Hit) []Hit {
 	for key, until := range r.hot {
 		if !now.Before(until) {
 			delete(r.hot, key)
@@ -127,7 +140,7 @@ func (r *RelaySum) Flush(now time.Time, dst []Hit) []Hit {
 			r.stats.Passed += uint64(e.count)
 			r.stats.HeldHits -= uint64(e.count)
 			keep := e.count >= theta || hot && e.count >= keepHot(theta, age, r.every)
-			if keep && (hot || len(r.hot) < maxLedger) {
+			if keep && (hot || len(r.hot) < MaxLedger) {
 				r.hot[key] = now.Add(time.Duration(r.hotAges) * age)
 			}
 		case now.Sub(e.since) >= age:
@@ -141,9 +154,9 @@ func (r *RelaySum) Flush(now time.Time, dst []Hit) []Hit {
 	return dst
 }
 
-// flushAll appends to dst every sum held, whatever its threshold, and
+// FlushAll appends to dst every sum held, whatever its threshold, and
 // empties the sums: a relay's last aggregate before it stops.
-func (r *RelaySum) flushAll(dst []Hit) []Hit {
+func (r *Sum) FlushAll(dst []Hit) []Hit {
 	for _, h := range r.overflow {
 		dst = append(dst, h)
 		r.stats.Passed += uint64(h.Count)
@@ -169,8 +182,12 @@ func keepHot(theta uint32, age, every time.Duration) uint32 {
 	return max(1, n)
 }
 
+// SetHold changes the hold-back and the time between aggregates, from the
+// next Add and Flush on: a reload's.
+func (r *Sum) SetHold(hold HoldFunc, every time.Duration) { r.hold, r.every = hold, every }
+
 // Stats returns the counters and what the sum holds now.
-func (r *RelaySum) Stats() RelayStats {
+func (r *Sum) Stats() Stats {
 	st := r.stats
 	st.HeldTags, st.HotTags = len(r.held), len(r.hot)
 	return st
@@ -222,13 +239,13 @@ func (o *OwnHits) Sent(now time.Time, hits []Hit) {
 // Others appends to dst the hits of an aggregate less this node's own,
 // and takes those off the ledger. Entries left with no hits are dropped.
 func (o *OwnHits) Others(agg []Hit, dst []Hit) []Hit {
-	dst, _ = o.split(agg, dst, nil)
+	dst, _ = o.Split(agg, dst, nil)
 	return dst
 }
 
-// split is Others that also appends to back the node's own hits the
+// Split is Others that also appends to back the node's own hits the
 // aggregate carried: those its peers know of from now on.
-func (o *OwnHits) split(agg []Hit, others, back []Hit) ([]Hit, []Hit) {
+func (o *OwnHits) Split(agg []Hit, others, back []Hit) ([]Hit, []Hit) {
 	for _, h := range agg {
 		c := h.Count
 		if e := o.m[h.Key]; e != nil {
@@ -248,10 +265,10 @@ func (o *OwnHits) split(agg []Hit, others, back []Hit) ([]Hit, []Hit) {
 	return others, back
 }
 
-// pending moves each level by the node's own hits of its tag not yet
+// Pending moves each level by the node's own hits of its tag not yet
 // come back, by sign: +1 gives them back (a level for a peer, which knows
 // nothing of them), -1 spends them (a peer's level, merged here).
-func (o *OwnHits) pending(levels []Level, sign float64) {
+func (o *OwnHits) Pending(levels []wire.Level, sign float64) {
 	if len(o.m) == 0 {
 		return
 	}
@@ -274,12 +291,15 @@ func (o *OwnHits) Forget(now time.Time) (hits uint64) {
 	return hits
 }
 
+// SetForget changes the forget time of hits not seen back.
+func (o *OwnHits) SetForget(d time.Duration) { o.forget = d }
+
 // Len is how many tags the ledger holds.
 func (o *OwnHits) Len() int { return len(o.m) }
 
-// PickRelay returns which of n relays a tag's hits go to: FNV-1a of the
+// Pick returns which of n relays a tag's hits go to: FNV-1a of the
 // key modulo n, the same on every node. n must be at least 1.
-func PickRelay(key string, n int) int {
+func Pick(key string, n int) int {
 	h := uint32(2166136261)
 	for i := 0; i < len(key); i++ {
 		h ^= uint32(key[i])
@@ -288,10 +308,10 @@ func PickRelay(key string, n int) int {
 	return int(h % uint32(n))
 }
 
-// addCapped is Add, but a tag new to a sum that holds maxLedger tags
+// AddCapped is Add, but a tag new to a sum that holds MaxLedger tags
 // already is passed on at the next aggregate instead of held.
-func (r *RelaySum) addCapped(now time.Time, hits []Hit) {
-	if len(r.held) < maxLedger {
+func (r *Sum) AddCapped(now time.Time, hits []Hit) {
+	if len(r.held) < MaxLedger {
 		r.Add(now, hits)
 		return
 	}
@@ -306,10 +326,10 @@ func (r *RelaySum) addCapped(now time.Time, hits []Hit) {
 	}
 }
 
-// sentCapped is Sent, but records no tag new to a ledger that holds
-// maxLedger tags already.
-func (o *OwnHits) sentCapped(now time.Time, hits []Hit) {
-	if len(o.m) < maxLedger {
+// SentCapped is Sent, but records no tag new to a ledger that holds
+// MaxLedger tags already.
+func (o *OwnHits) SentCapped(now time.Time, hits []Hit) {
+	if len(o.m) < MaxLedger {
 		o.Sent(now, hits)
 		return
 	}
