@@ -7,6 +7,8 @@ import (
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/gossip/wire"
+
+	"github.com/dthrottle/dthrottle/internal/benchdata"
 )
 
 // BenchmarkReceive is the receive path of one report of a million tags,
@@ -16,10 +18,10 @@ import (
 // aggregate (type 7), of which the node first takes off its own hits
 // (a tenth of the tags, as in a segment of ten).
 func BenchmarkReceive(b *testing.B) {
-	hits := benchHits()
+	hits := benchdata.Hits()
 	for _, kind := range []string{"today", "aggregate"} {
 		b.Run(kind, func(b *testing.B) {
-			table, err := bucket.New(bucket.Config{Default: bucket.Policy{Rate: 1, Burst: 1000}, MaxTags: 2 * benchTags, MaxTagBytes: 256})
+			table, err := bucket.New(bucket.Config{Default: bucket.Policy{Rate: 1, Burst: 1000}, MaxTags: 2 * benchdata.Tags, MaxTagBytes: 256})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -62,10 +64,10 @@ func BenchmarkReceive(b *testing.B) {
 					n.Receive(p)
 				}
 			}
-			if st := n.Stats(); st.TagsReceived < benchTags {
-				b.Fatalf("received %d tags, want at least %d", st.TagsReceived, benchTags)
+			if st := n.Stats(); st.TagsReceived < benchdata.Tags {
+				b.Fatalf("received %d tags, want at least %d", st.TagsReceived, benchdata.Tags)
 			}
-			b.ReportMetric(float64(benchTags)*float64(b.N)/b.Elapsed().Seconds(), "hits/s")
+			b.ReportMetric(float64(benchdata.Tags)*float64(b.N)/b.Elapsed().Seconds(), "hits/s")
 		})
 	}
 }

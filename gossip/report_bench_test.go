@@ -1,34 +1,22 @@
 package gossip
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/gossip/transport"
+
+	"github.com/dthrottle/dthrottle/internal/benchdata"
 )
-
-const benchTags = 1000000
-
-// benchHits is a million distinct IPv4 tags in 10.0.0.0/8, 8 to 14 bytes,
-// with small counts.
-func benchHits() []Hit {
-	hits := make([]Hit, benchTags)
-	for i := range hits {
-		n := i + 1<<20 // from 10.16.0.0, so the second octet has 2 digits
-		hits[i] = Hit{Key: fmt.Sprintf("10.%d.%d.%d", n>>16, n>>8&0xff, n&0xff), Count: uint32(i%300 + 1)}
-	}
-	return hits
-}
 
 // BenchmarkReportRoundTrip1M is a whole report of a million distinct tags
 // end to end, without the network: drained from one table, encoded,
 // received by a node and applied to a second table.
 func BenchmarkReportRoundTrip1M(b *testing.B) {
-	hits := benchHits()
+	hits := benchdata.Hits()
 	newTable := func() *bucket.Table {
-		tb, err := bucket.New(bucket.Config{Default: bucket.Policy{Rate: 1, Burst: 1000}, MaxTags: 2 * benchTags, MaxTagBytes: 256})
+		tb, err := bucket.New(bucket.Config{Default: bucket.Policy{Rate: 1, Burst: 1000}, MaxTags: 2 * benchdata.Tags, MaxTagBytes: 256})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -82,8 +70,8 @@ func BenchmarkReportRoundTrip1M(b *testing.B) {
 			}
 		}
 	}
-	if got := to.Stats().TagsReceived; got < benchTags {
-		b.Fatalf("received %d tags, want at least %d", got, benchTags)
+	if got := to.Stats().TagsReceived; got < benchdata.Tags {
+		b.Fatalf("received %d tags, want at least %d", got, benchdata.Tags)
 	}
-	b.ReportMetric(float64(benchTags)*float64(b.N)/b.Elapsed().Seconds(), "tags/s")
+	b.ReportMetric(float64(benchdata.Tags)*float64(b.N)/b.Elapsed().Seconds(), "tags/s")
 }

@@ -3,25 +3,13 @@
 package wire
 
 import (
-	"fmt"
 	"testing"
+
+	"github.com/dthrottle/dthrottle/internal/benchdata"
 )
 
-const benchTags = 1000000
-
-// benchHits is a million distinct IPv4 tags in 10.0.0.0/8, 8 to 14 bytes,
-// with small counts.
-func benchHits() []Hit {
-	hits := make([]Hit, benchTags)
-	for i := range hits {
-		n := i + 1<<20 // from 10.16.0.0, so the second octet has 2 digits
-		hits[i] = Hit{Key: fmt.Sprintf("10.%d.%d.%d", n>>16, n>>8&0xff, n&0xff), Count: uint32(i%300 + 1)}
-	}
-	return hits
-}
-
 func BenchmarkEncode1M(b *testing.B) {
-	hits := benchHits()
+	hits := benchdata.Hits()
 	e := &Encoder{Node: 1, Fingerprint: 2, MaxPacket: 1400, Key: []byte("secret")}
 	var bytes, pkts int
 	emit := func(pkt []byte) error {
@@ -36,15 +24,15 @@ func BenchmarkEncode1M(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(benchTags)*float64(b.N)/b.Elapsed().Seconds(), "tags/s")
-	b.ReportMetric(float64(bytes)/benchTags, "bytes/tag")
+	b.ReportMetric(float64(benchdata.Tags)*float64(b.N)/b.Elapsed().Seconds(), "tags/s")
+	b.ReportMetric(float64(bytes)/benchdata.Tags, "bytes/tag")
 	b.ReportMetric(float64(pkts), "datagrams")
 }
 
 func BenchmarkDecode1M(b *testing.B) {
 	key := []byte("secret")
 	e := &Encoder{Node: 1, Fingerprint: 2, MaxPacket: 1400, Key: key}
-	pkts, _ := encodeAll(b, e, testNow, benchHits())
+	pkts, _ := encodeAll(b, e, testNow, benchdata.Hits())
 	bytes := 0
 	for _, pkt := range pkts {
 		bytes += len(pkt)
@@ -59,10 +47,10 @@ func BenchmarkDecode1M(b *testing.B) {
 			}
 			n += len(m.Hits)
 		}
-		if n != benchTags {
-			b.Fatalf("decoded %d tags, want %d", n, benchTags)
+		if n != benchdata.Tags {
+			b.Fatalf("decoded %d tags, want %d", n, benchdata.Tags)
 		}
 	}
-	b.ReportMetric(float64(benchTags)*float64(b.N)/b.Elapsed().Seconds(), "tags/s")
-	b.ReportMetric(float64(bytes)/benchTags, "bytes/tag")
+	b.ReportMetric(float64(benchdata.Tags)*float64(b.N)/b.Elapsed().Seconds(), "tags/s")
+	b.ReportMetric(float64(bytes)/benchdata.Tags, "bytes/tag")
 }
