@@ -21,12 +21,12 @@ func (n *Node) receiveAggregate(msg wire.Message, p transport.Packet) {
 	// level is exported between the ledger's change and the answers
 	// taking in the hits come back.
 	n.snap.mu.Lock()
-	defer n.snap.mu.Unlock()
 	rs.mu.Lock()
 	r := rs.relays[msg.Node]
 	if r == nil {
 		if len(rs.relays) >= maxPeers {
 			rs.mu.Unlock()
+			n.snap.mu.Unlock()
 			return
 		}
 		r = &relayHeard{}
@@ -42,6 +42,7 @@ func (n *Node) receiveAggregate(msg wire.Message, p transport.Packet) {
 	mine, back := rs.own.Split(msg.Hits, nil, nil)
 	rs.mu.Unlock()
 	n.snap.reported(back)
+	n.snap.mu.Unlock()
 	if len(mine) > 0 {
 		n.cfg.Apply(p.At, mine)
 	}

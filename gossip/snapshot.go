@@ -154,17 +154,26 @@ func (n *Node) ask(now time.Time) error {
 // Called with s.mu held.
 func (s *snapState) sentToAll(hits []Hit) {
 	s.reported(hits)
-	if !s.stats.Warming || len(hits) == 0 {
-		return
+	if s.stats.Warming {
+		s.since = tally(s.since, hits)
 	}
-	if s.since == nil {
-		s.since = make(map[string]uint32, len(hits))
+}
+
+// tally adds hits to m, made if nil, and returns it: past maxTheirs tags,
+// only to the tags it holds.
+func tally(m map[string]uint32, hits []Hit) map[string]uint32 {
+	if len(hits) == 0 {
+		return m
+	}
+	if m == nil {
+		m = make(map[string]uint32, len(hits))
 	}
 	for _, h := range hits {
-		if _, ok := s.since[h.Key]; ok || len(s.since) < maxTheirs {
-			s.since[h.Key] += h.Count
+		if _, ok := m[h.Key]; ok || len(m) < maxTheirs {
+			m[h.Key] += h.Count
 		}
 	}
+	return m
 }
 
 // applyHits applies a peer's reported hits, and records them in the
@@ -183,14 +192,7 @@ func (n *Node) applyHits(from uint64, at time.Time, hits []Hit) {
 		n.cfg.Apply(at, hits)
 		return
 	}
-	if a.theirs == nil {
-		a.theirs = make(map[string]uint32)
-	}
-	for _, h := range hits {
-		if _, ok := a.theirs[h.Key]; ok || len(a.theirs) < maxTheirs {
-			a.theirs[h.Key] += h.Count
-		}
-	}
+	a.theirs = tally(a.theirs, hits)
 	// Applied under the lock: no level is exported between the table
 	// taking the hits and the answer's record of them.
 	n.cfg.Apply(at, hits)
@@ -272,12 +274,10 @@ func (n *Node) receiveSnapshot(msg wire.Message, p transport.Packet) {
 	s.stats.AnswerBytesRecv += uint64(len(p.Data))
 	s.stats.TagsReceived += uint64(len(msg.Snapshot.Levels))
 	if len(msg.Snapshot.Levels) > 0 {
-		// The hits this node sent to relays and has not seen come back
-		// are its own still: no peer's level holds them.
-		n.relay.mu.Lock()
-		n.relay.own.Pending(msg.Snapshot.Levels, -1)
-		n.relay.mu.Unlock()
-		spend(msg.Snapshot.Levels, s.since, -1)
+		// What no peer's level holds is spent on it again: the hits this
+		// node sent to relays and has not seen come back, and those it
+		// reported since its request.
+		n.unknown(msg.Snapshot.Levels, -1, s.since)
 		s.stats.TagsAdopted += uint64(n.cfg.Merge(p.At, msg.Snapshot.Levels))
 	}
 	if msg.Snapshot.Last {
@@ -371,12 +371,9 @@ func (n *Node) sendNext(now time.Time, a *answer) (done bool) {
 		a.part++
 		a.levels, a.keys, a.more = n.cfg.Export(now, part, a.levels[:0], a.keys[:0])
 		a.next = 0
-		// The hits this node sent to relays and has not seen come back
-		// are unreported still to the asker.
-		n.relay.mu.Lock()
-		n.relay.own.Pending(a.levels, +1)
-		n.relay.mu.Unlock()
-		spend(a.levels, a.theirs, +1)
+		// Left out: the hits this node sent to relays and has not seen
+		// come back, and the asker's that reached it after the request.
+		n.unknown(a.levels, +1, a.theirs)
 	}
 	s.enc.Node = n.id
 	n.configure(&s.enc)
@@ -427,6 +424,15 @@ func (s *snapState) reported(hits []Hit) {
 		}
 		spend(a.levels[a.next:], spent, -1)
 	}
+}
+
+// unknown moves levels, by sign, by the hits of this node's own that its
+// peers do not know yet because they sit at a relay, and by hits.
+func (n *Node) unknown(levels []Level, sign float64, hits map[string]uint32) {
+	n.relay.mu.Lock()
+	n.relay.own.Pending(levels, sign)
+	n.relay.mu.Unlock()
+	spend(levels, hits, sign)
 }
 
 // spend moves each level by the hits of its tag in hits, by sign.
