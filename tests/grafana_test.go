@@ -1,0 +1,515 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/dthrottle/dthrottle/internal/netns"
+)
+
+// The Grafana dashboard shipped in contrib/grafana: its JSON holds
+// together, every panel reads from the dashboard's data source, and every
+// dthrottle_ metric its queries name is one a real daemon serves, read
+// from the /metrics of daemons that have everything turned on.
+
+const dashboardFile = "../contrib/grafana/dthrottle.json"
+
+// grafanaDashboard is the part of a dashboard's JSON model the tests read.
+type grafanaDashboard struct {
+	SchemaVersion int            `json:"schemaVersion"`
+	UID           string         `json:"uid"`
+	Title         string         `json:"title"`
+	Panels        []grafanaPanel `json:"panels"`
+	Inputs        []struct {
+		Name     string `json:"name"`
+		Type     string `json:"type"`
+		PluginID string `json:"pluginId"`
+	} `json:"__inputs"`
+	Templating struct {
+		List []grafanaVariable `json:"list"`
+	} `json:"templating"`
+	Annotations struct {
+		List []struct {
+			Name       string          `json:"name"`
+			BuiltIn    int             `json:"builtIn"`
+			Datasource json.RawMessage `json:"datasource"`
+			Expr       string          `json:"expr"`
+		} `json:"list"`
+	} `json:"annotations"`
+}
+
+// grafanaPanel is a panel, or a row whose panels (when collapsed) it
+// holds.
+type grafanaPanel struct {
+	ID         *int            `json:"id"`
+	Type       string          `json:"type"`
+	Title      string          `json:"title"`
+	Datasource json.RawMessage `json:"datasource"`
+	Targets    []struct {
+		RefID      string          `json:"refId"`
+		Expr       string          `json:"expr"`
+		Datasource json.RawMessage `json:"datasource"`
+	} `json:"targets"`
+	GridPos struct{ H, W, X, Y int } `json:"gridPos"`
+	Panels  []grafanaPanel           `json:"panels"`
+}
+
+// grafanaVariable is a templating variable. A query variable's query is
+// a string in older dashboards and an object holding it in newer ones.
+type grafanaVariable struct {
+	Type       string          `json:"type"`
+	Name       string          `json:"name"`
+	Query      json.RawMessage `json:"query"`
+	Definition string          `json:"definition"`
+	Datasource json.RawMessage `json:"datasource"`
+}
+
+// promQuery is one PromQL expression of the dashboard and where it is.
+type promQuery struct {
+	where, expr string
+	panel       bool // a panel's or an annotation's, not a variable's
+}
+
+// loadDashboard reads and decodes the dashboard, failing on invalid JSON.
+func loadDashboard(t *testing.T) grafanaDashboard {
+	t.Helper()
+	b, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !json.Valid(b) {
+		t.Fatalf("%s is not valid JSON", dashboardFile)
+	}
+	var d grafanaDashboard
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	return d
+}
+
+// allPanels returns every panel of d, rows and the panels of collapsed
+// rows included, in order.
+func (d grafanaDashboard) allPanels() []grafanaPanel {
+	var out []grafanaPanel
+	var walk func([]grafanaPanel)
+	walk = func(ps []grafanaPanel) {
+		for _, p := range ps {
+			out = append(out, p)
+			walk(p.Panels)
+		}
+	}
+	walk(d.Panels)
+	return out
+}
+
+// queries returns every PromQL expression of d: the panels' targets, the
+// annotations', and the query variables'.
+func (d grafanaDashboard) queries(t *testing.T) []promQuery {
+	t.Helper()
+	var out []promQuery
+	for _, p := range d.allPanels() {
+		for _, tg := range p.Targets {
+			out = append(out, promQuery{fmt.Sprintf("panel %q target %s", p.Title, tg.RefID), tg.Expr, true})
+		}
+	}
+	for _, a := range d.Annotations.List {
+		if a.Expr != "" {
+			out = append(out, promQuery{fmt.Sprintf("annotation %q", a.Name), a.Expr, true})
+		}
+	}
+	for _, v := range d.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		var s string
+		var obj struct {
+			Query string `json:"query"`
+		}
+		switch {
+		case json.Unmarshal(v.Query, &s) == nil:
+		case json.Unmarshal(v.Query, &obj) == nil:
+			s = obj.Query
+		default:
+			t.Fatalf("variable %s: a query neither a string nor an object holding one: %s", v.Name, v.Query)
+		}
+		for _, q := range []string{s, v.Definition} {
+			if q != "" {
+				out = append(out, promQuery{fmt.Sprintf("variable %s", v.Name), q, false})
+			}
+		}
+	}
+	return out
+}
+
+var metricName = regexp.MustCompile(`dthrottle_[a-z0-9_]+`)
+
+// dashboardMetrics returns the dthrottle_ names the queries read, each
+// with the first place that reads it.
+func dashboardMetrics(qs []promQuery) map[string]string {
+	out := map[string]string{}
+	for _, q := range qs {
+		for _, n := range metricName.FindAllString(q.expr, -1) {
+			if _, ok := out[n]; !ok {
+				out[n] = q.where
+			}
+		}
+	}
+	return out
+}
+
+// servedFamily reports whether the scrape serves name: as a family, or as
+// a histogram's or a summary's _bucket, _sum or _count series.
+func servedFamily(fams map[string]*dto.MetricFamily, name string) bool {
+	if _, ok := fams[name]; ok {
+		return true
+	}
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		base, found := strings.CutSuffix(name, suffix)
+		if !found {
+			continue
+		}
+		if f, ok := fams[base]; ok {
+			switch f.GetType() {
+			case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
+				return true
+			case dto.MetricType_SUMMARY:
+				if suffix != "_bucket" {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// balanced reports the first bracket of expr that is not closed or not
+// opened, outside quoted strings ("" when there is none).
+func balanced(expr string) string {
+	var stack []rune
+	var quote rune
+	escaped := false
+	for _, r := range expr {
+		switch {
+		case quote != 0:
+			if escaped {
+				escaped = false
+			} else if r == '\\' {
+				escaped = true
+			} else if r == quote {
+				quote = 0
+			}
+		case r == '"' || r == '\'' || r == '`':
+			quote = r
+		case r == '(' || r == '{' || r == '[':
+			stack = append(stack, r)
+		case r == ')' || r == '}' || r == ']':
+			open := map[rune]rune{')': '(', '}': '{', ']': '['}[r]
+			if len(stack) == 0 || stack[len(stack)-1] != open {
+				return string(r) + " not opened"
+			}
+			stack = stack[:len(stack)-1]
+		}
+	}
+	if quote != 0 {
+		return "string not closed"
+	}
+	if len(stack) > 0 {
+		return string(stack[len(stack)-1]) + " not closed"
+	}
+	return ""
+}
+
+// TestGrafanaDashboard: the dashboard is valid JSON of a current schema;
+// its panel ids are unique; every panel and every target reads from the
+// dashboard's Prometheus data source variable; there are job and instance
+// variables, and every dthrottle_ selector of a panel is narrowed to
+// them; every query is a non-empty expression with its brackets matched.
+func TestGrafanaDashboard(t *testing.T) {
+	d := loadDashboard(t)
+	if d.SchemaVersion < 39 {
+		t.Errorf("schemaVersion %d: want a current Grafana's (39 or later)", d.SchemaVersion)
+	}
+	if d.UID == "" || d.Title == "" {
+		t.Errorf("uid %q, title %q: want both set, so that provisioning keeps one dashboard", d.UID, d.Title)
+	}
+
+	// The data sources a panel may name: a datasource variable, or an
+	// input that importing fills in.
+	sources := map[string]bool{}
+	vars := map[string]string{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = v.Type
+		var q string
+		if v.Type == "datasource" && json.Unmarshal(v.Query, &q) == nil && q == "prometheus" {
+			sources[v.Name] = true
+		}
+	}
+	for _, in := range d.Inputs {
+		if in.Type == "datasource" && in.PluginID == "prometheus" {
+			sources[in.Name] = true
+		}
+	}
+	if len(sources) == 0 {
+		t.Fatal("no Prometheus datasource variable or input for the panels to read from")
+	}
+	for _, name := range []string{"job", "instance"} {
+		if vars[name] != "query" {
+			t.Errorf("no query variable %q (have %v)", name, vars)
+		}
+	}
+	checkSource := func(where string, raw json.RawMessage) {
+		t.Helper()
+		var ds struct{ Type, UID string }
+		if len(raw) == 0 || string(raw) == "null" || json.Unmarshal(raw, &ds) != nil {
+			t.Errorf("%s: datasource %s: want {\"type\": \"prometheus\", \"uid\": \"${...}\"}", where, raw)
+			return
+		}
+		name := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(ds.UID, "$"), "{"), "}")
+		if ds.Type != "prometheus" || !sources[name] {
+			t.Errorf("%s: datasource %s: not the dashboard's Prometheus data source (%v)", where, raw, sources)
+		}
+	}
+
+	ids := map[int]string{}
+	panels := d.allPanels()
+	for _, p := range panels {
+		where := fmt.Sprintf("panel %q", p.Title)
+		if p.ID == nil {
+			t.Errorf("%s has no id", where)
+		} else if other, dup := ids[*p.ID]; dup {
+			t.Errorf("%s has the id %d of panel %q", where, *p.ID, other)
+		} else {
+			ids[*p.ID] = p.Title
+		}
+		checkSource(where, p.Datasource)
+		if p.Type != "row" && len(p.Targets) == 0 {
+			t.Errorf("%s has no query", where)
+		}
+		if p.GridPos.W < 1 || p.GridPos.X+p.GridPos.W > 24 || p.GridPos.H < 1 {
+			t.Errorf("%s: gridPos %+v outside the 24 columns", where, p.GridPos)
+		}
+		for _, tg := range p.Targets {
+			checkSource(fmt.Sprintf("%s target %s", where, tg.RefID), tg.Datasource)
+		}
+	}
+	for _, a := range d.Annotations.List {
+		if a.BuiltIn == 0 {
+			checkSource(fmt.Sprintf("annotation %q", a.Name), a.Datasource)
+		}
+	}
+
+	narrowed := regexp.MustCompile(`^dthrottle_[a-z0-9_]+\{[^}]*\bjob=~"\$job"[^}]*\binstance=~"\$instance"`)
+	qs := d.queries(t)
+	for _, q := range qs {
+		if strings.TrimSpace(q.expr) == "" {
+			t.Errorf("%s: empty expression", q.where)
+			continue
+		}
+		if why := balanced(q.expr); why != "" {
+			t.Errorf("%s: %s in %s", q.where, why, q.expr)
+		}
+		if !q.panel {
+			continue
+		}
+		for _, at := range metricName.FindAllStringIndex(q.expr, -1) {
+			if !narrowed.MatchString(q.expr[at[0]:]) {
+				t.Errorf("%s: %s is not narrowed to {job=~\"$job\",instance=~\"$instance\"} in %s",
+					q.where, q.expr[at[0]:at[1]], q.expr)
+			}
+		}
+	}
+	if len(dashboardMetrics(qs)) == 0 {
+		t.Fatal("the dashboard reads no dthrottle_ metric")
+	}
+	t.Logf("%d panels, %d queries, %d dthrottle_ metrics", len(panels), len(qs), len(dashboardMetrics(qs)))
+}
+
+// grafanaPolicies are policies of every kind the metrics label: a limit,
+// and a dry-run limit.
+const grafanaPolicies = `
+[[policy]]
+name = "login"
+prefix = "login:"
+rate = 0.001
+burst = 1
+[[policy]]
+name = "try"
+prefix = "try:"
+rate = 0.001
+burst = 1
+dry_run = true
+`
+
+// Ports of the ways in on each host; each host has a network namespace of
+// its own, so they are free there.
+const (
+	grafanaHTTPPort  = 7072
+	grafanaSPOEPort  = 7074
+	grafanaRelayPort = 7778
+)
+
+// grafanaConfig turns on, beside the multicast gossip, the admin endpoint
+// and the signed reports of host.configFor, every part of the daemon that
+// has metrics: a relay (serve) or a relay's user, the state file, the HTTP
+// decision endpoint and the SPOE agent. Warm start is on by default.
+func grafanaConfig(h *host, secret, state string, relay bool) nodeConfig {
+	mode := `mode = "use"`
+	if relay {
+		mode = fmt.Sprintf("mode = \"serve\"\nbind = \"%s:%d\"", h.addr, grafanaRelayPort)
+	}
+	return nodeConfig{rate: 0.001, burst: 3, secret: secret, policies: grafanaPolicies,
+		gossip: fmt.Sprintf(`warm_start = true
+[relay]
+%s
+[state]
+file = %q
+[http]
+listen = "%s:%d"
+[spoe]
+listen = "%s:%d"
+`, mode, state, h.addr, grafanaHTTPPort, h.addr, grafanaSPOEPort)}
+}
+
+// familyPresent waits until d's /metrics serves name.
+func familyPresent(t *testing.T, d *daemon, name string) {
+	t.Helper()
+	poll(t, 10*time.Second, fmt.Sprintf("%s on %s", name, d.admin), func() bool {
+		_, ok := scrape(t, d.adminAddr(t))[name]
+		return ok
+	})
+}
+
+// TestGrafanaMetricsServed: every dthrottle_ metric the dashboard reads is
+// served by real daemons configured with everything on. Two hosts on a
+// bridge, in namespaces the test creates (as the multi-host tests'): A, a
+// relay, restarted once so that it reads its state file back; B, a
+// relay's user, started on a corrupt state file and warming from A. Both
+// serve the HTTP decision endpoint and the SPOE agent, and see traffic on
+// every way in.
+func TestGrafanaMetricsServed(t *testing.T) {
+	if !netns.Run(t) {
+		return
+	}
+	want := dashboardMetrics(loadDashboard(t).queries(t))
+	l := newLAN(t, 2)
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	must(t, os.WriteFile(secret, []byte("the cluster's secret, 32 bytes.."), 0o600))
+	stateA, stateB := filepath.Join(dir, "a.state"), filepath.Join(dir, "b.state")
+	must(t, os.WriteFile(stateB, []byte("not a state file: B ignores it\n"), 0o600))
+	hA, hB := l.hosts[0], l.hosts[1]
+
+	// A's first run leaves a state file behind, which its second reads.
+	a := hA.start(t, grafanaConfig(hA, secret, stateA, true))
+	if got := pipeline(t, a.sock, "spent\nspent\nspent\nspent\n"); got != "OK\nOK\nOK\nNO\n" {
+		t.Fatalf("spending a tag before the restart: %q", got)
+	}
+	a.stop(t)
+	if _, err := os.Stat(stateA); err != nil {
+		t.Fatalf("no state file after a clean stop: %v", err)
+	}
+	a = hA.restart(t)
+	b := hB.start(t, grafanaConfig(hB, secret, stateB, false))
+	awaitPeers(t, []*daemon{a, b}, 1)
+
+	// Traffic on every way in: the query socket (limits, a dry run, an
+	// empty tag), the HTTP endpoint, the SPOE agent (a frame it refuses),
+	// and a reload.
+	for i, d := range []*daemon{a, b} {
+		// Tags of each daemon's own, which no report of the other spent.
+		in := strings.ReplaceAll("x%\nx%\nx%\nx%\nlogin:%\nlogin:%\ntry:%\ntry:%\n\n", "%", fmt.Sprint(i))
+		if got := pipeline(t, d.sock, in); got != "OK\nOK\nOK\nNO\nOK\nNO\nOK\nOK\nOK\n" {
+			t.Fatalf("queries on %s: %q", d.sock, got)
+		}
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	for _, h := range []*host{hA, hB} {
+		for range 4 {
+			res, err := hc.Get(fmt.Sprintf("http://%s:%d/v1/allow?tag=web", h.addr, grafanaHTTPPort))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+		}
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("%s:%d", h.addr, grafanaSPOEPort), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		c.Write([]byte{0, 0, 0, 1, 0xff}) // a one-byte frame of no known type
+		c.Read(make([]byte, 64))
+		c.Close()
+	}
+	must(t, a.cmd.Process.Signal(syscall.SIGHUP))
+	poll(t, 10*time.Second, "A's reload to be counted", func() bool {
+		return metric(t, scrape(t, a.adminAddr(t)), "dthrottle_config_reloads_total") == 1
+	})
+
+	// Families served once something happened: a report sent, a warm
+	// start done, the relay heard.
+	for _, d := range []*daemon{a, b} {
+		familyPresent(t, d, "dthrottle_gossip_last_report_timestamp_seconds")
+		familyPresent(t, d, "dthrottle_warm_duration_seconds")
+	}
+	poll(t, 10*time.Second, "B to hear A as its segment's relay", func() bool {
+		return metric(t, scrape(t, b.adminAddr(t)), "dthrottle_relay_relays", "where=segment") == 1
+	})
+	for _, d := range []*daemon{a, b} {
+		poll(t, 10*time.Second, "the SPOE connection to be counted on "+d.admin, func() bool {
+			return metric(t, scrape(t, d.adminAddr(t)), "dthrottle_spoe_connections_accepted_total") >= 1
+		})
+	}
+
+	// Every name on A, but those its configuration cannot serve together
+	// with another, which B serves.
+	onB := map[string]string{
+		// A daemon either reads its state file back (A:
+		// dthrottle_state_load_*) or ignores it (B, on a corrupt file).
+		"dthrottle_state_ignored": "B ignored its corrupt state file",
+	}
+	famsA, famsB := scrape(t, a.adminAddr(t)), scrape(t, b.adminAddr(t))
+	names := make([]string, 0, len(want))
+	for n := range want {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fams, node := famsA, "A"
+		if _, ok := onB[n]; ok {
+			fams, node = famsB, "B"
+		}
+		if !servedFamily(fams, n) {
+			t.Errorf("%s, read by %s, is not served by %s's /metrics", n, want[n], node)
+		}
+	}
+	for n := range onB {
+		if _, ok := want[n]; !ok {
+			t.Errorf("%s is excused from A's scrape but the dashboard does not read it", n)
+		}
+	}
+
+	// Families served that the dashboard does not show, for the log.
+	var unshown []string
+	for _, fams := range []map[string]*dto.MetricFamily{famsA, famsB} {
+		for n := range fams {
+			if _, ok := want[n]; !ok && strings.HasPrefix(n, "dthrottle_") && !slices.Contains(unshown, n) {
+				unshown = append(unshown, n)
+			}
+		}
+	}
+	sort.Strings(unshown)
+	t.Logf("%d dthrottle_ metrics read by the dashboard, all served; served and not on the dashboard: %v", len(names), unshown)
+}
