@@ -4,9 +4,11 @@
 //
 // It reads the daemon through the functions in Sources, which hand it the
 // counters in the types of the packages that keep them (bucket, protocol,
-// gossip, httpapi, state); it builds the JSON documents of package api and
-// the metrics from those, once. It never serves request traffic: the HTTP
-// decision endpoint is package httpapi, on a listener of its own.
+// gossip, httpapi, state); it builds the JSON documents of package api
+// from those. Metrics are the components' own: it registers the
+// collectors Sources gives it, and defines only the gossip node's. It
+// never serves request traffic: the HTTP decision endpoint is package
+// httpapi, on a listener of its own.
 //
 // # Endpoints
 //
@@ -45,27 +47,16 @@
 //
 // # Metrics
 //
-// Each scrape reads one Snapshot. Besides the Go runtime (go_*) and process
-// (process_*) collectors, a Server's own registry (never the global one)
-// serves:
-//
-//	dthrottle_build_info{version}                  gauge, always 1
-//	dthrottle_start_time_seconds                   gauge
-//	dthrottle_queries_total{result="ok|no"}        queries decided by a policy
-//	dthrottle_policy_queries_total{policy,result}  the same per policy
-//	dthrottle_requests_total                       all requests, empty tags included
-//	dthrottle_lines_too_long_total
-//	dthrottle_tags                                 gauge
-//	dthrottle_evictions_total
-//	dthrottle_evicted_hits_total
-//	dthrottle_connections                          gauge, active
-//	dthrottle_connections_accepted_total
-//	dthrottle_connections_rejected_total
-//	dthrottle_config_reloads_total
-//	dthrottle_config_reload_failures_total
-//
-// and, only while gossip is enabled (a disabled feature exports no series,
-// so alerts on peers or loss stay quiet on a standalone node):
+// A Server's own registry (never the global one) serves the Go runtime
+// (go_*) and process (process_*) collectors, the collectors of
+// Sources.Collectors (each component's families, defined in the metrics.go
+// of its package: the table's queries and tags in bucket, the query
+// socket's in protocol, the HTTP endpoint's in httpapi, the SPOE agent's
+// in spoe, the state file's in state, unicast discovery's in
+// gossip/transport, the build and the reloads in internal/daemon), and,
+// reading one Snapshot per scrape, the gossip node's, only while gossip is
+// enabled (a disabled feature exports no series, so alerts on peers or
+// loss stay quiet on a standalone node):
 //
 //	dthrottle_gossip_packets_sent_total
 //	dthrottle_gossip_bytes_sent_total
@@ -78,6 +69,9 @@
 //	dthrottle_gossip_peers                         gauge
 //	dthrottle_gossip_report_duration_seconds       gauge, the last report (after the first)
 //	dthrottle_gossip_last_report_timestamp_seconds gauge (after the first report)
+//
+// with the warm start's (dthrottle_warm_*) and relaying's
+// (dthrottle_relay_*, relay.go).
 //
 // # Exposure
 //

@@ -44,7 +44,7 @@ func TestHealthz(t *testing.T) {
 
 func TestStats(t *testing.T) {
 	f := newFake()
-	f.snap.Gossip.Relay = gossip.RelayNodeStats{Mode: "serve", Relays: 1, RemoteRelays: 2, ViaRelays: 10, Direct: 1,
+	f.snap.Gossip.Relay = relay.NodeStats{Mode: "serve", Relays: 1, RemoteRelays: 2, ViaRelays: 10, Direct: 1,
 		ToRelayPackets: 3, ToRelayBytes: 300, AggregatePackets: 4, AggregateBytes: 400, CrossingPackets: 5, CrossingBytes: 500,
 		ToRelayReceived: 6, ToRelayBytesReceived: 600, AggregatesReceived: 7, AggregateBytesReceived: 700,
 		CrossingsReceived: 8, CrossingBytesReceived: 800, ForeignHits: 9, RemoteSilences: 1, OwnPending: 2, OwnForgotten: 3,
@@ -204,7 +204,9 @@ func TestMethodsAndPaths(t *testing.T) {
 		{"POST", "/v1/peers", 405, "GET, HEAD", `{"error":"method POST not allowed"}`},
 		{"POST", "/v1/tags/x", 405, "DELETE, GET, HEAD", `{"error":"method POST not allowed"}`},
 		{"PUT", "/v1/tags/a//b", 405, "DELETE, GET, HEAD", `{"error":"method PUT not allowed"}`},
-		{"GET", "/", 404, "", `{"error":"not found"}`},
+		{"POST", "/", 405, "GET, HEAD", `{"error":"method POST not allowed"}`}, // the status page
+		{"POST", "/v1/top", 405, "GET, HEAD", `{"error":"method POST not allowed"}`},
+		{"GET", "/index.html", 404, "", `{"error":"not found"}`},
 		{"GET", "/nope", 404, "", `{"error":"not found"}`},
 		{"GET", "/metrics/x", 404, "", `{"error":"not found"}`},
 		{"GET", "/v1/tag/x", 404, "", `{"error":"not found"}`},

@@ -2,8 +2,8 @@ package admin
 
 import (
 	"github.com/dthrottle/dthrottle/admin/api"
-	"github.com/dthrottle/dthrottle/gossip"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/dthrottle/dthrottle/gossip/relay"
+	"github.com/dthrottle/dthrottle/internal/metric"
 )
 
 // This file owns the admin views of relaying (gossip/relay.go): its
@@ -11,34 +11,36 @@ import (
 
 // relayFamilies are the dthrottle_relay_ metric families.
 type relayFamilies struct {
-	relayMode, relayRelays, relayReports, relayPackets, relayBytes family
-	relayHeldTags, relayHeldHits, relayHotTags, relayHits          family
-	relayOwnPending, relayRemoteSilences, relayCrossingsLost       family
+	relayMode, relayRelays, relayReports, relayPackets, relayBytes metric.Family
+	relayHeldTags, relayHeldHits, relayHotTags, relayHits          metric.Family
+	relayOwnPending, relayRemoteSilences, relayCrossingsLost       metric.Family
 }
 
 func newRelayFamilies() relayFamilies {
-	const (
-		counter = prometheus.CounterValue
-		gauge   = prometheus.GaugeValue
-	)
 	return relayFamilies{
-		relayMode:           newFamily("relay_mode", "Always 1, labelled with relay.mode: off, use or serve.", gauge, "mode"),
-		relayRelays:         newFamily("relay_relays", "Relays heard now and not silent, by where: segment (this node's segment, this one apart), remote (other segments).", gauge, "where"),
-		relayReports:        newFamily("relay_reports_total", "Reports sent, by path: relays (through the segment's relays), direct (to every peer while relaying is on but no relay was heard).", counter, "path"),
-		relayPackets:        newFamily("relay_packets_total", "Relaying datagrams, by kind (to_relay: hits for a relay; aggregate: a relay's sums for its segment; crossing: a relay's sums for other segments) and direction (sent, received).", counter, "kind", "direction"),
-		relayBytes:          newFamily("relay_bytes_total", "Bytes of relaying datagrams, by kind and direction as relay_packets_total.", counter, "kind", "direction"),
-		relayHeldTags:       newFamily("relay_held_tags", "Tags whose sums this relay holds back now (under their threshold).", gauge),
-		relayHeldHits:       newFamily("relay_held_hits", "Hits this relay holds back now.", gauge),
-		relayHotTags:        newFamily("relay_hot_tags", "Tags this relay passes on at every aggregate now (they reached their threshold lately).", gauge),
-		relayHits:           newFamily("relay_hits_total", "Hits a relay summed, by outcome: passed (on to the segment), dropped (stayed under the threshold for the hold age: too sparse to matter), foreign (other segments' hits passed into this one).", counter, "outcome"),
-		relayOwnPending:     newFamily("relay_own_pending_tags", "Tags whose hits this node sent to a relay and has not seen come back in an aggregate.", gauge),
-		relayRemoteSilences: newFamily("relay_remote_silences_total", "Times a relay of another segment went silent (a cut link: each segment then holds its own rate).", counter),
-		relayCrossingsLost:  newFamily("relay_crossings_lost_total", "Crossings missing from other segments' relays' sequence numbers: the hits they carried never reached this segment.", counter),
+		relayMode:           metric.Gauge("relay_mode", "Always 1, labelled with relay.mode: off, use or serve.", "mode"),
+		relayRelays:         metric.Gauge("relay_relays", "Relays heard now and not silent, by where: segment (this node's segment, this one apart), remote (other segments).", "where"),
+		relayReports:        metric.Counter("relay_reports_total", "Reports sent, by path: relays (through the segment's relays), direct (to every peer while relaying is on but no relay was heard).", "path"),
+		relayPackets:        metric.Counter("relay_packets_total", "Relaying datagrams, by kind (to_relay: hits for a relay; aggregate: a relay's sums for its segment; crossing: a relay's sums for other segments) and direction (sent, received).", "kind", "direction"),
+		relayBytes:          metric.Counter("relay_bytes_total", "Bytes of relaying datagrams, by kind and direction as relay_packets_total.", "kind", "direction"),
+		relayHeldTags:       metric.Gauge("relay_held_tags", "Tags whose sums this relay holds back now (under their threshold)."),
+		relayHeldHits:       metric.Gauge("relay_held_hits", "Hits this relay holds back now."),
+		relayHotTags:        metric.Gauge("relay_hot_tags", "Tags this relay passes on at every aggregate now (they reached their threshold lately)."),
+		relayHits:           metric.Counter("relay_hits_total", "Hits a relay summed, by outcome: passed (on to the segment), dropped (stayed under the threshold for the hold age: too sparse to matter), foreign (other segments' hits passed into this one).", "outcome"),
+		relayOwnPending:     metric.Gauge("relay_own_pending_tags", "Tags whose hits this node sent to a relay and has not seen come back in an aggregate."),
+		relayRemoteSilences: metric.Counter("relay_remote_silences_total", "Times a relay of another segment went silent (a cut link: each segment then holds its own rate)."),
+		relayCrossingsLost:  metric.Counter("relay_crossings_lost_total", "Crossings missing from other segments' relays' sequence numbers: the hits they carried never reached this segment."),
 	}
 }
 
+func (f *relayFamilies) all() []metric.Family {
+	return []metric.Family{f.relayMode, f.relayRelays, f.relayReports, f.relayPackets, f.relayBytes,
+		f.relayHeldTags, f.relayHeldHits, f.relayHotTags, f.relayHits,
+		f.relayOwnPending, f.relayRemoteSilences, f.relayCrossingsLost}
+}
+
 // collect emits the relaying metrics of st.
-func (f *relayFamilies) collect(st gossip.RelayNodeStats, emit func(family, float64, ...string)) {
+func (f *relayFamilies) collect(st relay.NodeStats, emit metric.Emit) {
 	emit(f.relayMode, 1, st.Mode)
 	emit(f.relayRelays, float64(st.Relays), "segment")
 	emit(f.relayRelays, float64(st.RemoteRelays), "remote")
@@ -65,7 +67,7 @@ type relayFlow struct {
 }
 
 // relayTraffic lists st's datagrams and bytes by kind and direction.
-func relayTraffic(st gossip.RelayNodeStats) []relayFlow {
+func relayTraffic(st relay.NodeStats) []relayFlow {
 	return []relayFlow{
 		{"to_relay", "sent", st.ToRelayPackets, st.ToRelayBytes},
 		{"to_relay", "received", st.ToRelayReceived, st.ToRelayBytesReceived},
@@ -77,7 +79,7 @@ func relayTraffic(st gossip.RelayNodeStats) []relayFlow {
 }
 
 // relayView is st as /v1/stats shows it.
-func relayView(st gossip.RelayNodeStats) api.Relay {
+func relayView(st relay.NodeStats) api.Relay {
 	v := api.Relay{Mode: st.Mode, Relays: st.Relays, RemoteRelays: st.RemoteRelays,
 		ReportsViaRelays: st.ViaRelays, ReportsDirect: st.Direct,
 		Sent: map[string]api.Traffic{}, Received: map[string]api.Traffic{},

@@ -44,13 +44,16 @@ type Server struct {
 	srv     *http.Server
 	handler http.Handler
 	now     func() time.Time
+	hist    *history // the status page's charts, sampled from New to Close
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
 // New checks cfg and src, opens the listener on cfg.Addr and returns a
-// Server ready to Serve. It fails if the address cannot be bound.
+// Server ready to Serve; until Close it samples the policies' counters
+// every 5 s for the status page's charts. It fails if the address cannot
+// be bound.
 func New(cfg Config, src Sources) (*Server, error) {
 	s, err := newServer(cfg, src, time.Now)
 	if err != nil {
@@ -65,6 +68,7 @@ func New(cfg Config, src Sources) (*Server, error) {
 		s.srv.Handler = loopbackHostsOnly(s.handler)
 	}
 	warnIfExposed(s.log, ln.Addr())
+	s.hist.start(historyStep, src.Snapshot, s.now)
 	return s, nil
 }
 
@@ -112,14 +116,19 @@ func newServer(cfg Config, src Sources, now func() time.Time) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{src: src, log: log, now: now}
+	s := &Server{src: src, log: log, now: now, hist: newHistory(historyLen)}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		newCollector(src.Snapshot),
+		newGossipCollector(src.Snapshot),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	for _, c := range src.Collectors {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("admin: registering metrics: %w", err)
+		}
+	}
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		Registry: reg, // counts its own errors in promhttp_metric_handler_errors_total
@@ -130,6 +139,8 @@ func newServer(cfg Config, src Sources, now func() time.Time) (*Server, error) {
 	mux.Handle("/healthz", methods{http.MethodGet: http.HandlerFunc(s.healthz)})
 	mux.Handle("/v1/stats", methods{http.MethodGet: http.HandlerFunc(s.stats)})
 	mux.Handle("/v1/peers", methods{http.MethodGet: http.HandlerFunc(s.peers)})
+	mux.Handle("/v1/top", methods{http.MethodGet: http.HandlerFunc(s.top)})
+	mux.Handle("/{$}", methods{http.MethodGet: http.HandlerFunc(s.status)}) // exactly "/"
 	tags := methods{http.MethodGet: http.HandlerFunc(s.getTag), http.MethodDelete: http.HandlerFunc(s.deleteTag)}
 	mux.Handle(tagsPrefix+"{tag...}", tags)
 	if cfg.Pprof {
@@ -199,6 +210,7 @@ func (s *Server) Serve() error {
 // than once, and before Serve.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		s.hist.stop(closeGrace)
 		ctx, cancel := context.WithTimeout(context.Background(), closeGrace)
 		defer cancel()
 		if err := s.srv.Shutdown(ctx); err != nil {

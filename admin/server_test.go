@@ -32,8 +32,8 @@ func TestServeOverTCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fams["dthrottle_queries_total"].GetMetric(); len(got) != 2 {
-		t.Errorf("dthrottle_queries_total: %d series, want 2", len(got))
+	if got := fams["dthrottle_gossip_packets_dropped_total"].GetMetric(); len(got) != 5 {
+		t.Errorf("dthrottle_gossip_packets_dropped_total: %d series, want 5", len(got))
 	}
 
 	status, body = get(t, base+"/healthz")

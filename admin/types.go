@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/dthrottle/dthrottle/admin/api"
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/gossip"
 	"github.com/dthrottle/dthrottle/gossip/transport"
@@ -11,6 +12,7 @@ import (
 	"github.com/dthrottle/dthrottle/protocol"
 	"github.com/dthrottle/dthrottle/spoe"
 	"github.com/dthrottle/dthrottle/state"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config configures a Server. The zero Config is not usable: Addr is
@@ -36,7 +38,8 @@ type Config struct {
 // not usable: Snapshot, Tag and Forget are required.
 type Sources struct {
 	// Snapshot returns the daemon's counters. It is called once per
-	// request to /metrics, /v1/stats and /healthz.
+	// request to /metrics, /v1/stats, /healthz, /v1/top and the status
+	// page, and every 5 s for the status page's charts.
 	Snapshot func() Snapshot
 	// Peers returns the gossip peers table. Nil (or a nil result) when
 	// gossip is off: /v1/peers then serves an empty array.
@@ -48,17 +51,36 @@ type Sources struct {
 	// Forget drops one tag and its unreported hits, and reports whether it
 	// was tracked. Peers are not told.
 	Forget func(tag string) bool
+	// Top returns, per policy, the n tags with the most queries refused
+	// (by "refused") or served (by "served") over the recent window, as
+	// this node (scope "node") or the whole cluster (scope "cluster")
+	// counts them; only the policy named, or every policy when policy is
+	// "". The server has checked the arguments, and holds the answer to
+	// them (n tags at most, the policy asked). Nil: /v1/top answers a
+	// document with no policies, and the status page says the view is not
+	// available.
+	Top func(by, scope, policy string, n int) api.Top
+	// Collectors are the metric families /metrics serves besides the
+	// gossip node's (read from Snapshot) and the Go runtime's and the
+	// process's: each component's own, such as the table's
+	// (bucket.Table.Collector) or a way in's, registered as given on the
+	// server's own registry. Two collectors describing the same family
+	// make New fail. A collector is called from request goroutines, so it
+	// must be safe for concurrent use.
+	Collectors []prometheus.Collector
 }
 
 // Snapshot is the daemon's counters at an instant, in the types of the
-// packages that count them: this package builds the JSON documents and the
-// metrics from them, once. Counters count over the process's life; the
-// zero Snapshot is valid and reads as a daemon that has done nothing, with
-// gossip, the HTTP endpoint and the state file off. Snapshot and the
-// values it holds are plain values, safe to copy and to read from several
-// goroutines; the pointers are never written through.
+// packages that count them: this package builds the JSON documents from
+// them, and the gossip node's metrics (the other metrics are the
+// components' own, in Sources.Collectors). Counters count over the
+// process's life; the zero Snapshot is valid and reads as a daemon that
+// has done nothing, with gossip, the HTTP endpoint and the state file
+// off. Snapshot and the values it holds are plain values, safe to copy
+// and to read from several goroutines; the pointers are never written
+// through.
 type Snapshot struct {
-	Version string         // the daemon's version, for dthrottle_build_info
+	Version string         // the daemon's version
 	Started time.Time      // when the process started
 	Table   bucket.Stats   // tags tracked, evictions
 	Server  protocol.Stats // the query socket's connections and requests

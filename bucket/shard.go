@@ -20,6 +20,7 @@ type shard struct {
 // shardFields are a shard's fields. A query writes the first cache line
 // (the lock, the clock, the counts of the first policies) and reads the
 // next two (index and policies; the arena's chunks): three lines in all.
+// A refused query also counts its key in its policy's sketch (top.go).
 type shardFields struct {
 	mu       sync.Mutex
 	now      int64          // latest now seen: time never runs backwards here
@@ -37,6 +38,10 @@ type shardFields struct {
 	rng         uint64 // xorshift state for eviction sampling
 	evictions   uint64
 	evictedHits uint64
+
+	refusals  []refusalSketch // per policy refusing since the last harvest (top.go)
+	nRefusals int             // refusals[:nRefusals] are in use
+	untracked uint64          // refusals past refusalPolicies policies
 }
 
 // shardCounts counts the queries a limit policy answered in one shard.
@@ -82,6 +87,7 @@ func (s *shard) allow(now int64, h uint64, key []byte, pi int) bool {
 	r := s.arena.rec(ref)
 	tat := max(r.tat(), now)
 	if tat-now > p.allowAt {
+		s.refused(pi, h, key)
 		if p.DryRun {
 			return s.dryRun(pi)
 		}

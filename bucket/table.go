@@ -183,7 +183,8 @@ func shardCapacity(maxTags, n, i int) int {
 // losing state: every tracked tag keeps its tokens (capped at its new
 // burst) and its unreported hits, under the policy it now matches; tags
 // now under an allow or deny policy are forgotten; a lower MaxTags evicts
-// down to it at once. The number of shards stays as created. On error the
+// down to it at once. Refusals not yet harvested stay under their
+// policy's name (TakeRefusals). The number of shards stays as created. On error the
 // table is unchanged.
 func (t *Table) Reconfigure(now time.Time, cfg Config) error {
 	t.reconfig.Lock()
@@ -195,10 +196,15 @@ func (t *Table) Reconfigure(now time.Time, cfg Config) error {
 	ns := now.UnixNano()
 	t.policies.Store(&set)
 	t.maxTagBytes.Store(int64(cfg.MaxTagBytes))
+	byName := make(map[string]int, len(set))
+	for i := range set {
+		byName[set[i].Name] = i
+	}
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
 		s.reconfigure(s.advance(ns), set, shardCapacity(cfg.MaxTags, len(t.shards), i))
+		s.remapRefusals(set, byName)
 		s.mu.Unlock()
 	}
 	return nil

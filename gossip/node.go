@@ -11,7 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dthrottle/dthrottle/gossip/peer"
+	"github.com/dthrottle/dthrottle/gossip/relay"
 	"github.com/dthrottle/dthrottle/gossip/transport"
+	"github.com/dthrottle/dthrottle/gossip/warm"
 	"github.com/dthrottle/dthrottle/gossip/wire"
 )
 
@@ -51,30 +54,28 @@ type Config struct {
 	// applied already (see Receive).
 	Since time.Time
 	// Export, when set, lets the node answer peers' snapshot requests
-	// (warm start): it appends to dst the levels at now of the tags of
-	// part part of the table whose buckets are below their burst, their
-	// keys to keys, and reports whether parts follow. Parts are numbered
-	// from 0. Levels are in the reported frame: without the hits Drain
-	// has yet to return, which the asker counts from the next report. The
-	// node moves the levels it holds unsent by what each Drain returns,
-	// so what it sends after a report holds that report's hits.
+	// (warm start, package warm: warm.Config.Export says what it returns;
+	// "the hits the node has yet to report" are those Drain has yet to
+	// return).
 	Export func(now time.Time, part int, dst []Level, keys []byte) ([]Level, []byte, bool)
-	// Merge, when set, lets the node warm start (Warm): it lowers the
-	// table's buckets to the levels a peer answered, as of now, and
-	// returns how many it lowered. A level is in the reported frame: the
-	// table compares it with its buckets without the hits Drain has yet
-	// to return, and spends those on the level it takes.
+	// Merge, when set, lets the node warm start (Warm; warm.Config.Merge).
 	Merge func(now time.Time, levels []Level) int
 	// SnapshotRate is how many snapshot datagrams a second the node sends
-	// over all the answers under way. Default DefaultSnapshotRate.
+	// over all the answers under way. Default warm.DefaultRate.
 	SnapshotRate float64
 	// Discovery, when set with a Key, learns unicast peers from the
 	// authenticated reports heard and from the peers they list, and the
 	// node advertises the peers it sends to (discovery.go).
 	Discovery Discovery
-	// Relay configures relaying (relay.go); its zero value sends to every
-	// peer, as without relays.
-	Relay RelayConfig
+	// Relay configures relaying (package relay); its zero value sends to
+	// every peer, as without relays.
+	Relay relay.Config
+	// Top, when set, gives this node's heaviest tags at now (package
+	// top), which every report sends its peers in one datagram (top.go);
+	// it is given the hits the report drained, to count them, and must
+	// not retain them. HeardTop, when set, takes a peer's, arrived at now.
+	Top      func(now time.Time, drained []Hit) wire.TopReport
+	HeardTop func(node uint64, now time.Time, r wire.TopReport)
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -94,15 +95,14 @@ type Stats struct {
 	Own                            uint64 // our own datagrams heard back
 	Lost                           uint64 // datagrams missing from peers' sequences
 	FingerprintMismatch            uint64 // datagrams from peers with other policies
-	Warm                           WarmStats
-	Relay                          RelayNodeStats
+	Warm                           warm.Stats
+	Relay                          relay.NodeStats
 	LastReport                     time.Time
 	LastReportDuration             time.Duration
 }
 
-// maxPeers bounds the peers table, whatever arrives; the peer heard least
-// recently makes room for a new one.
-const maxPeers = 1024
+// PeerInfo is what a node knows of one peer, for logs and the admin view.
+type PeerInfo = peer.Info
 
 // Node reports this host's hits to its peers and applies theirs. Report
 // and Receive may be driven by hand (tests on a fake clock do) or by Run.
@@ -118,15 +118,18 @@ type Node struct {
 	hits     []Hit
 
 	mu         sync.Mutex // guards peers, stats and authWarned
-	peers      map[uint64]*peer
+	peers      peer.Table
 	stats      Stats
 	authWarned time.Time // when dropped unsigned reports were last logged
 
-	snap  snapState  // warm start, snapshot.go
-	relay relayState // relaying, relay.go
+	// The node's parts (parts.go): warm start, whose lock every change of
+	// what peers know of the table holds, and relaying.
+	warm  warmPart
+	relay relayPart
 
 	advertised  uint64 // Discovery's version last advertised; guarded by reportMu
 	sinceAdvert int    // reports since then
+	toldTop     bool   // the last report's heaviest tags were not empty; guarded by reportMu
 
 	started atomic.Bool
 	kick    chan struct{}      // wakes the running loop to pace snapshots
@@ -162,9 +165,6 @@ func NewNode(cfg Config, t transport.Transport) (*Node, error) {
 	if cfg.Since.IsZero() {
 		cfg.Since = time.Now()
 	}
-	if !(cfg.SnapshotRate > 0) {
-		cfg.SnapshotRate = DefaultSnapshotRate
-	}
 	id, err := randomID()
 	if err != nil {
 		return nil, err
@@ -175,13 +175,16 @@ func NewNode(cfg Config, t transport.Transport) (*Node, error) {
 		log:       cfg.Logger,
 		id:        id,
 		enc:       wire.Encoder{Node: id},
-		peers:     make(map[uint64]*peer),
+		peers:     peer.Table{},
 		kick:      make(chan struct{}, 1),
 		retick:    make(chan time.Duration, 1),
 		stop:      make(chan struct{}),
 		stopped:   make(chan struct{}),
 	}
-	n.relay.init(cfg.Relay, cfg.Interval)
+	relaying := relay.NewPart(cfg.Relay, host{n}, cfg.Interval, silentAfter(cfg.Interval))
+	n.relay = relaying
+	n.warm = warm.New(warm.Config{Export: cfg.Export, Merge: cfg.Merge, Pending: relaying.Pending,
+		Rate: cfg.SnapshotRate, Logger: cfg.Logger}, host{n})
 	return n, nil
 }
 
@@ -201,36 +204,35 @@ func randomID() (uint64, error) {
 func (n *Node) ID() uint64 { return n.id }
 
 // Report drains the unreported hits and sends them, to every peer or
-// through the relays (relay.go); a period without hits sends a heartbeat
-// to every peer. A relay also passes its aggregate on.
+// through the relays (package relay); a period without hits sends a
+// heartbeat to every peer. A relay also passes its aggregate on.
 func (n *Node) Report(now time.Time) error {
 	n.reportMu.Lock()
 	defer n.reportMu.Unlock()
 	start := time.Now()
 	n.configure(&n.enc)
-	// Under the answers' lock, so that no level is exported between the
+	// Under warm start's lock, so that no level is exported between the
 	// drain and the answers taking in what peers know from now on: the
 	// hits sent to every peer, and those a relay's aggregate carries
 	// back (hits sent to relays stay the node's own until then).
-	n.snap.mu.Lock()
+	n.warm.Lock()
 	n.hits = n.cfg.Drain(n.hits[:0])
-	live := n.route(now)
-	var err error
-	if len(live) > 0 {
-		err = n.sendToRelays(now, n.hits, live)
-	} else {
-		n.snap.sentToAll(n.hits)
+	viaRelays, relayed, err := n.relay.Send(now, n.hits)
+	n.enc.Relayed = relayed
+	if !viaRelays {
+		n.warm.Known(n.hits, true)
 		err = n.broadcast(now, n.hits)
 	}
-	if ferr := n.forward(now); err == nil {
+	if ferr := n.relay.Forward(now); err == nil {
 		err = ferr
 	}
-	n.snap.mu.Unlock()
+	n.warm.Unlock()
 	n.mu.Lock()
 	n.stats.LastReport = now
 	n.stats.LastReportDuration = time.Since(start)
 	n.mu.Unlock()
 	n.advertise(now)
+	n.sendTop(now, n.hits)
 	if len(n.hits) > 4096 {
 		n.hits = nil // do not keep a flood's worth of memory
 	}
@@ -339,44 +341,44 @@ func (n *Node) Receive(p transport.Packet) {
 		return
 	}
 	if msg.Type == wire.MsgSnapshot {
-		// Answers to one node number their own sequence: snapshot.go.
+		// Answers to one node number their own sequence: package warm.
 		n.mu.Unlock()
-		n.receiveSnapshot(msg, p)
+		n.warm.ReceiveAnswer(msg, p)
 		return
 	}
 	if msg.Type == wire.MsgToRelay || msg.Type == wire.MsgCrossing {
-		// Streams to one address number their own sequence: relay.go.
+		// Streams to one address number their own sequence: package relay.
 		n.mu.Unlock()
-		n.receiveRelayed(msg, p)
+		n.relay.ReceiveRelayed(msg, p)
 		return
 	}
-	pr, isNew := n.peer(msg.Node, p)
-	if !pr.accept(msg.Seq) {
+	pr, isNew := n.peers.For(msg.Node, p.From, p.At)
+	if !pr.Accept(msg.Seq) {
 		n.stats.DroppedDuplicate++
 		n.mu.Unlock()
 		return
 	}
-	pr.info.Packets++
+	pr.Info.Packets++
 	for _, h := range msg.Hits {
-		pr.info.Hits += uint64(h.Count)
+		pr.Info.Hits += uint64(h.Count)
 	}
-	pr.info.Addr = p.From
-	pr.info.LastHeard = p.At
-	pr.info.FingerprintMatch = msg.Fingerprint == ours
-	pr.info.Relayed = msg.Relayed
-	wasSilent := pr.info.Silent
-	pr.info.Silent = false
-	warn := !pr.info.FingerprintMatch && !pr.warned
-	if !pr.info.FingerprintMatch {
+	pr.Info.Addr = p.From
+	pr.Info.LastHeard = p.At
+	pr.Info.FingerprintMatch = msg.Fingerprint == ours
+	pr.Info.Relayed = msg.Relayed
+	wasSilent := pr.Info.Silent
+	pr.Info.Silent = false
+	warn := !pr.Info.FingerprintMatch && !pr.Warned
+	if !pr.Info.FingerprintMatch {
 		n.stats.FingerprintMismatch++
-		pr.warned = true
+		pr.Warned = true
 	}
 	n.stats.PacketsReceived++
 	n.stats.BytesReceived += uint64(len(p.Data))
 	n.stats.TagsReceived += uint64(len(msg.Hits))
 	n.mu.Unlock()
 
-	attrs := []any{"peer", p.From, "node", nodeName(msg.Node)}
+	attrs := []any{"peer", p.From, "node", peer.Name(msg.Node)}
 	if isNew {
 		n.log.Info("peer joined", attrs...)
 	} else if wasSilent {
@@ -390,38 +392,30 @@ func (n *Node) Receive(p transport.Packet) {
 		n.applyHits(msg.Node, p.At, msg.Hits)
 	}
 	if msg.Type == wire.MsgAggregate {
-		n.receiveAggregate(msg, p)
+		n.relay.ReceiveAggregate(msg, p)
 	}
 	n.discover(msg, p, key != nil)
+	if msg.Type == wire.MsgTop {
+		n.receiveTop(msg, p)
+	}
 	if msg.Type == wire.MsgSnapshotRequest {
-		n.receiveRequest(msg, p)
+		n.warm.ReceiveRequest(msg, p)
 	}
 }
 
-// peer returns the entry for node id, making room for it if needed.
-// Called with n.mu held.
-func (n *Node) peer(id uint64, p transport.Packet) (_ *peer, isNew bool) {
-	return peerFor(n.peers, id, p)
-}
-
-// peerFor returns the entry for node id in table, making room for it if
-// needed: the peer heard least recently goes.
-func peerFor(table map[uint64]*peer, id uint64, p transport.Packet) (_ *peer, isNew bool) {
-	if pr, ok := table[id]; ok {
-		return pr, false
+// applyHits applies a peer's reported hits. While an answer to that peer
+// is under way, they are applied under warm start's lock, which records
+// them: no level is exported between the table taking the hits and the
+// answer's record of them.
+func (n *Node) applyHits(from uint64, at time.Time, hits []Hit) {
+	n.warm.Lock()
+	if !n.warm.Theirs(from, hits) {
+		n.warm.Unlock()
+		n.cfg.Apply(at, hits)
+		return
 	}
-	if len(table) >= maxPeers {
-		var oldest *peer
-		for _, q := range table {
-			if oldest == nil || q.info.LastHeard.Before(oldest.info.LastHeard) {
-				oldest = q
-			}
-		}
-		delete(table, oldest.info.Node)
-	}
-	pr := &peer{info: PeerInfo{Node: id, Addr: p.From, FirstHeard: p.At, FingerprintMatch: true}}
-	table[id] = pr
-	return pr, true
+	n.cfg.Apply(at, hits)
+	n.warm.Unlock()
 }
 
 // checkSilence logs peers that went unheard for the silence timeout, once
@@ -430,31 +424,31 @@ func (n *Node) checkSilence(now time.Time) {
 	n.mu.Lock()
 	var silent []PeerInfo
 	for id, pr := range n.peers {
-		quiet := now.Sub(pr.info.LastHeard)
+		quiet := now.Sub(pr.Info.LastHeard)
 		if quiet > 100*n.cfg.SilentAfter {
 			delete(n.peers, id)
 			continue
 		}
-		if quiet > n.cfg.SilentAfter && !pr.info.Silent {
-			pr.info.Silent = true
-			if !pr.info.Relayed { // one that reports through relays falls silent when it hears them
-				silent = append(silent, pr.info)
+		if quiet > n.cfg.SilentAfter && !pr.Info.Silent {
+			pr.Info.Silent = true
+			if !pr.Info.Relayed { // one that reports through relays falls silent when it hears them
+				silent = append(silent, pr.Info)
 			}
 		}
 	}
 	n.mu.Unlock()
-	n.checkRelays(now)
+	n.relay.Check(now)
 	for _, p := range silent {
-		n.log.Warn("peer went silent", "peer", p.Addr, "node", nodeName(p.Node), "last_heard", p.LastHeard.Format(time.RFC3339))
+		n.log.Warn("peer went silent", "peer", p.Addr, "node", peer.Name(p.Node), "last_heard", p.LastHeard.Format(time.RFC3339))
 	}
 }
 
 // Peers returns the peers heard, ordered by node id.
 func (n *Node) Peers() []PeerInfo {
 	n.mu.Lock()
-	out := sortedPeers(n.peers)
+	out := n.peers.Sorted()
 	n.mu.Unlock()
-	return n.relayPeers(out)
+	return n.relay.MarkPeers(out)
 }
 
 // Stats returns the node's counters.
@@ -462,17 +456,33 @@ func (n *Node) Stats() Stats {
 	n.mu.Lock()
 	st := n.stats
 	for _, p := range n.peers {
-		st.Lost += p.info.Lost
+		st.Lost += p.Info.Lost
 	}
 	n.mu.Unlock()
-	st.Warm = n.WarmStats()
+	st.Warm = n.warm.Stats()
 	now := st.LastReport
 	if now.IsZero() {
 		now = time.Now()
 	}
-	st.Relay = n.relayStats(now)
+	st.Relay = n.relay.Stats(now)
 	return st
 }
 
-// nodeName formats a node id as logs and the admin view show it.
-func nodeName(id uint64) string { return fmt.Sprintf("%016x", id) }
+// Warm asks the peers for their table at now, and merges their answers
+// as they arrive (package warm). A node without Config.Merge does nothing;
+// a second call does nothing.
+func (n *Node) Warm(now time.Time) error { return n.warm.Warm(now) }
+
+// Pace sends the next datagrams of the snapshot answers under way and
+// follows the node's own warm start (warm.Warm.Pace); it reports whether
+// there is more to do. The running loop calls it; tests on a fake clock
+// call it by hand.
+func (n *Node) Pace(now time.Time) bool { return n.warm.Pace(now) }
+
+// WarmStats returns the node's warm start counters.
+func (n *Node) WarmStats() warm.Stats { return n.warm.Stats() }
+
+// SetRelay changes the relaying mode and hold-back from the next report
+// on (a reload). The link to other segments stays the one NewNode got; a
+// relay that stops serving drops the sums it held.
+func (n *Node) SetRelay(cfg relay.Config) { n.relay.Set(cfg) }

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/gossip/relay"
 	"github.com/dthrottle/dthrottle/gossip/transport"
+	"github.com/dthrottle/dthrottle/gossip/warm"
 )
 
 // This file holds the harness of the tests that hold warm start and the
@@ -43,14 +45,14 @@ type onceCluster struct {
 	maxTags  int
 	rate     float64 // snapshot datagrams a second
 	nodes    []*onceNode
-	relay    map[string]RelayMode // by node name; RelayOff when absent
-	served   map[string]int       // hits served cluster-wide, by tag
-	first    map[string]time.Time // each tag's first hit
+	relay    map[string]relay.Mode // by node name; relay.Off when absent
+	served   map[string]int        // hits served cluster-wide, by tag
+	first    map[string]time.Time  // each tag's first hit
 }
 
 func newOnceCluster(t *testing.T, pol bucket.Policy, interval time.Duration) *onceCluster {
-	c := &onceCluster{t: t, now: simT0, interval: interval, pol: pol, maxTags: 1000, rate: DefaultSnapshotRate,
-		relay: map[string]RelayMode{}, served: map[string]int{}, first: map[string]time.Time{}}
+	c := &onceCluster{t: t, now: simT0, interval: interval, pol: pol, maxTags: 1000, rate: warm.DefaultRate,
+		relay: map[string]relay.Mode{}, served: map[string]int{}, first: map[string]time.Time{}}
 	c.net = transport.NewMemNetwork(transport.MemConfig{Delay: time.Millisecond, Seed: 1}, func() time.Time { return c.now })
 	return c
 }
@@ -84,7 +86,7 @@ func (c *onceCluster) start(name string, warm bool, file []bucket.Level) *onceNo
 			return dst, keys, part+1 < tb.Shards()
 		},
 		Merge:  func(now time.Time, levels []Level) int { return tb.Merge(now, 0, levels) },
-		Relay:  RelayConfig{Mode: c.relay[name], MaxAge: 10 * c.interval},
+		Relay:  relay.Config{Mode: c.relay[name], MaxAge: 10 * c.interval},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, on.tr)
 	if err != nil {

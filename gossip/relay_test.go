@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/gossip/peer"
 	"github.com/dthrottle/dthrottle/gossip/relay"
 	"github.com/dthrottle/dthrottle/gossip/transport"
 )
@@ -19,10 +20,10 @@ type relayNode struct {
 	link *transport.MemTransport
 }
 
-func newRelayNode(t *testing.T, seg *transport.MemNetwork, link *transport.MemNetwork, name string, mode RelayMode, hold relay.HoldFunc) *relayNode {
+func newRelayNode(t *testing.T, seg *transport.MemNetwork, link *transport.MemNetwork, name string, mode relay.Mode, hold relay.HoldFunc) *relayNode {
 	t.Helper()
 	rn := &relayNode{}
-	cfg := RelayConfig{Mode: mode, Hold: hold, MaxAge: 2 * time.Second}
+	cfg := relay.Config{Mode: mode, Hold: hold, MaxAge: 2 * time.Second}
 	if link != nil {
 		rn.link = link.Join(name)
 		cfg.Link = rn.link
@@ -79,9 +80,9 @@ func TestRelaySegment(t *testing.T) {
 	net := transport.NewMemNetwork(transport.MemConfig{Seed: 1}, func() time.Time { return now })
 	var all []*relayNode
 	for i := range 6 {
-		mode := RelayUse
+		mode := relay.Use
 		if i < 2 {
-			mode = RelayServe
+			mode = relay.Serve
 		}
 		all = append(all, newRelayNode(t, net, nil, fmt.Sprintf("n%d", i), mode, nil))
 	}
@@ -128,7 +129,7 @@ func TestRelaySegment(t *testing.T) {
 	}
 	var relays int
 	for _, p := range all[3].Peers() {
-		if p.Relay == RelayOfSegment {
+		if p.Relay == peer.RelayOfSegment {
 			relays++
 		}
 	}
@@ -152,9 +153,9 @@ func TestRelayFallback(t *testing.T) {
 	net := transport.NewMemNetwork(transport.MemConfig{Seed: 2}, func() time.Time { return now })
 	var all []*relayNode
 	for i := range 4 {
-		mode := RelayUse
+		mode := relay.Use
 		if i < 2 {
-			mode = RelayServe
+			mode = relay.Serve
 		}
 		all = append(all, newRelayNode(t, net, nil, fmt.Sprintf("n%d", i), mode, nil))
 	}
@@ -189,10 +190,10 @@ func TestRelayHold(t *testing.T) {
 	now := simT0
 	net := transport.NewMemNetwork(transport.MemConfig{Seed: 3}, func() time.Time { return now })
 	hold := func(string) (uint32, time.Duration) { return 5, 3 * time.Second }
-	relay := newRelayNode(t, net, nil, "r", RelayServe, hold)
-	a := newRelayNode(t, net, nil, "a", RelayUse, nil)
-	b := newRelayNode(t, net, nil, "b", RelayUse, nil)
-	all := []*relayNode{relay, a, b}
+	rn := newRelayNode(t, net, nil, "r", relay.Serve, hold)
+	a := newRelayNode(t, net, nil, "a", relay.Use, nil)
+	b := newRelayNode(t, net, nil, "b", relay.Use, nil)
+	all := []*relayNode{rn, a, b}
 	relayRound(t, now, all, net) // a and b hear the relay
 	now = now.Add(time.Second)
 	a.serve("busy", 6)
@@ -204,14 +205,14 @@ func TestRelayHold(t *testing.T) {
 	if b.got("busy") != 6 || b.got("sparse") != 0 {
 		t.Fatalf("b applied busy %d, sparse %d: want 6 and 0 (held)", b.got("busy"), b.got("sparse"))
 	}
-	if st := relay.Stats().Relay.Sum; st.HeldTags != 1 || st.HeldHits != 1 || st.HotTags != 1 {
+	if st := rn.Stats().Relay.Sum; st.HeldTags != 1 || st.HeldHits != 1 || st.HotTags != 1 {
 		t.Errorf("relay sums %+v: want the sparse tag held and the busy one hot", st)
 	}
 	for range 8 {
 		relayRound(t, now, all, net)
 		now = now.Add(time.Second)
 	}
-	if st := relay.Stats().Relay.Sum; st.Dropped != 1 || st.HeldTags != 0 || b.got("sparse") != 0 {
+	if st := rn.Stats().Relay.Sum; st.Dropped != 1 || st.HeldTags != 0 || b.got("sparse") != 0 {
 		t.Errorf("relay sums %+v, b applied %d sparse: want the sparse hit dropped after its age", st, b.got("sparse"))
 	}
 	if st := a.Stats().Relay; st.OwnPending != 0 || st.OwnForgotten != 1 {
@@ -229,9 +230,9 @@ func TestRelaySegments(t *testing.T) {
 	link := transport.NewMemNetwork(transport.MemConfig{Seed: 6}, clock)
 	var a, b []*relayNode
 	for i := range 4 {
-		mode, l := RelayUse, (*transport.MemNetwork)(nil)
+		mode, l := relay.Use, (*transport.MemNetwork)(nil)
 		if i < 2 {
-			mode, l = RelayServe, link
+			mode, l = relay.Serve, link
 		}
 		a = append(a, newRelayNode(t, segA, l, fmt.Sprintf("a%d", i), mode, nil))
 		b = append(b, newRelayNode(t, segB, l, fmt.Sprintf("b%d", i), mode, nil))
@@ -274,7 +275,7 @@ func TestRelaySegments(t *testing.T) {
 	}
 	var remote int
 	for _, p := range b[1].Peers() {
-		if p.Relay == RelayOfRemote {
+		if p.Relay == peer.RelayOfRemote {
 			remote++
 		}
 	}
@@ -321,20 +322,20 @@ func TestRelayStopPassesAll(t *testing.T) {
 	now := simT0
 	net := transport.NewMemNetwork(transport.MemConfig{Seed: 7}, func() time.Time { return now })
 	hold := func(string) (uint32, time.Duration) { return 5, time.Hour }
-	relay := newRelayNode(t, net, nil, "r", RelayServe, hold)
-	a := newRelayNode(t, net, nil, "a", RelayUse, nil)
-	b := newRelayNode(t, net, nil, "b", RelayUse, nil)
-	all := []*relayNode{relay, a, b}
+	rn := newRelayNode(t, net, nil, "r", relay.Serve, hold)
+	a := newRelayNode(t, net, nil, "a", relay.Use, nil)
+	b := newRelayNode(t, net, nil, "b", relay.Use, nil)
+	all := []*relayNode{rn, a, b}
 	relayRound(t, now, all, net)
 	now = now.Add(time.Second)
 	a.serve("sparse", 2)
 	relayRound(t, now, all, net)
 	now = now.Add(time.Second)
 	relayRound(t, now, all, net)
-	if b.got("sparse") != 0 || relay.Stats().Relay.Sum.HeldHits != 2 {
-		t.Fatalf("before the stop: b applied %d, the relay holds %d; want 0 and 2", b.got("sparse"), relay.Stats().Relay.Sum.HeldHits)
+	if b.got("sparse") != 0 || rn.Stats().Relay.Sum.HeldHits != 2 {
+		t.Fatalf("before the stop: b applied %d, the relay holds %d; want 0 and 2", b.got("sparse"), rn.Stats().Relay.Sum.HeldHits)
 	}
-	if err := relay.Stop(t.Context()); err != nil {
+	if err := rn.Stop(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	net.Deliver(now)

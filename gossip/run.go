@@ -5,7 +5,16 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/gossip/transport"
+	"github.com/dthrottle/dthrottle/gossip/warm"
 )
+
+// kickLoop wakes the running loop to pace warm start.
+func (n *Node) kickLoop() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
 
 // This file owns a node's running: the loop that reports every interval
 // and takes in what its transports (and a relay's link) receive, and the
@@ -27,8 +36,8 @@ func (n *Node) run() {
 	defer tick.Stop()
 	packets := n.transport.Packets()
 	var link <-chan transport.Packet
-	if n.relay.link != nil {
-		link = n.relay.link.Packets()
+	if l := n.relay.Link(); l != nil {
+		link = l.Packets()
 	}
 	var pace <-chan time.Time
 	var paceTicker *time.Ticker
@@ -43,7 +52,7 @@ func (n *Node) run() {
 			return
 		case <-n.kick:
 			if paceTicker == nil {
-				paceTicker = time.NewTicker(paceEvery)
+				paceTicker = time.NewTicker(warm.PaceEvery)
 				pace = paceTicker.C
 			}
 		case now := <-pace:
@@ -88,16 +97,14 @@ func (n *Node) Stop(ctx context.Context) error {
 				err = ctx.Err()
 			}
 		}
-		n.relay.mu.Lock()
-		n.relay.final = true // a relay passes on all it holds
-		n.relay.mu.Unlock()
+		n.relay.Final() // a relay passes on all it holds
 		if rerr := n.Report(time.Now()); rerr != nil && err == nil {
 			err = rerr
 		}
 		if cerr := n.transport.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
-		if l := n.relay.link; l != nil {
+		if l := n.relay.Link(); l != nil {
 			if cerr := l.Close(); cerr != nil && err == nil {
 				err = cerr
 			}

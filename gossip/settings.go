@@ -63,7 +63,7 @@ func (n *Node) Update(u Update) error {
 	if d := n.cfg.Discovery; d != nil {
 		d.SilentAfter(silent)
 	}
-	n.relay.setEvery(u.Interval)
+	n.relay.SetEvery(u.Interval, silentAfter(u.Interval))
 	select {
 	case <-n.retick: // replace an update the loop has not taken yet
 	default:

@@ -196,8 +196,8 @@ func TestWarmStartNotAmplified(t *testing.T) {
 	a := newWarmNode(t, net, "a", nil, 1000, levelsN(50, 0))
 	c := newWarmNode(t, net, "c", nil, 1000, nil)
 	c.Warm(now)
-	c.ask(now) // asked again: same node id
-	c.ask(now)
+	host{c.Node}.Request(now, func(error) {}) // asked again: same node id
+	host{c.Node}.Request(now, func(error) {})
 	for range 300 {
 		now = now.Add(10 * time.Millisecond)
 		step(net, now, a, c)

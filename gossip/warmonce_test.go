@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/gossip/relay"
 )
 
 // The tests of this file hold warm start and the relays to counting every
@@ -203,7 +204,7 @@ func TestWarmStartCountsOnceThroughRelays(t *testing.T) {
 	for _, restart := range []string{"r1", "n2"} {
 		t.Run("restart "+restart, func(t *testing.T) {
 			c := newOnceCluster(t, bucket.Policy{Rate: 0.5, Burst: 20}, time.Second)
-			c.relay = map[string]RelayMode{"r1": RelayServe, "r2": RelayServe, "n1": RelayUse, "n2": RelayUse}
+			c.relay = map[string]relay.Mode{"r1": relay.Serve, "r2": relay.Serve, "n1": relay.Use, "n2": relay.Use}
 			nodes := map[string]*onceNode{}
 			for i, name := range []string{"r1", "r2", "n1", "n2"} {
 				nodes[name] = c.start(name, true, nil)
@@ -281,7 +282,7 @@ func TestWarmStartAnswerSpansAReport(t *testing.T) {
 func TestRelayAggregatesCountOnce(t *testing.T) {
 	ms := time.Millisecond
 	c := newOnceCluster(t, bucket.Policy{Rate: 0.5, Burst: 40}, time.Second)
-	c.relay = map[string]RelayMode{"r1": RelayServe, "r2": RelayServe, "n1": RelayUse, "n2": RelayUse, "n3": RelayUse}
+	c.relay = map[string]relay.Mode{"r1": relay.Serve, "r2": relay.Serve, "n1": relay.Use, "n2": relay.Use, "n3": relay.Use}
 	var nodes []*onceNode
 	for i, name := range []string{"r1", "r2", "n1", "n2", "n3"} {
 		nodes = append(nodes, c.start(name, true, nil))

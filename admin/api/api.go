@@ -224,3 +224,40 @@ type Traffic struct {
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
 }
+
+// Top is GET /v1/top: per policy, the tags with the most refusals, or the
+// most hits served, over the last Window, as this node or the whole
+// cluster counts them. Query parameters: by (refused, the default, or
+// served), scope (cluster, the default, or node), policy (one policy's
+// name; all when absent), n (tags per policy, 1 to 100, default 20).
+//
+// Counts come from heavy-hitter sketches of a fixed size: a tag's true
+// count is at most Count and at least Count-Error, and a tag missing from
+// the list had at most Policy.Bound in the window.
+type Top struct {
+	By            string      `json:"by"`    // "refused" or "served"
+	Scope         string      `json:"scope"` // "cluster" or "node"
+	WindowSeconds float64     `json:"window_seconds"`
+	Nodes         int         `json:"nodes"` // nodes whose counts are in (1 for scope node)
+	Policies      []TopPolicy `json:"policies"`
+}
+
+// TopPolicy is one policy's heaviest tags in Top, heaviest first.
+type TopPolicy struct {
+	Policy string `json:"policy"`
+	// Total is every refusal (or served hit) of the policy in the window,
+	// over the nodes counted.
+	Total uint64 `json:"total"`
+	// Bound is the most a tag left out of Tags may have had.
+	Bound uint64   `json:"bound"`
+	Tags  []TopTag `json:"tags"`
+}
+
+// TopTag is one tag of a TopPolicy. Tag is the table's key for it: the tag
+// as sent, or the digest form of a tag over max_tag_bytes; it is any
+// bytes, shown as a JSON string (invalid UTF-8 replaced).
+type TopTag struct {
+	Tag   string `json:"tag"`
+	Count uint64 `json:"count"`
+	Error uint64 `json:"error"` // Count overstates the true count by at most this
+}

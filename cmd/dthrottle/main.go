@@ -9,6 +9,7 @@
 //	dthrottle forget [-admin ADDR] TAG
 //	dthrottle stats [-admin ADDR]
 //	dthrottle health [-admin ADDR]
+//	dthrottle top [-admin ADDR] [-by refused|served] [-scope cluster|node] [-policy P] [-n 20] [-interval 2s] [-once]
 //
 // query exits 0 when every tag was served, 1 when any was refused and 2 on
 // an error; the others exit 0 on success, 1 when the answer is bad news
@@ -51,6 +52,7 @@ var commands = map[string]func(args []string, e env) int{
 	"forget":     forget,
 	"stats":      stats,
 	"health":     health,
+	"top":        top,
 }
 
 const usage = `usage:
@@ -66,6 +68,10 @@ const usage = `usage:
   dthrottle forget [-admin ADDR] TAG    drop a tag's bucket (it is full again)
   dthrottle stats  [-admin ADDR]        the daemon's counters
   dthrottle health [-admin ADDR]        exit 0 if the daemon is healthy
+  dthrottle top [-admin ADDR] [-by refused|served] [-scope cluster|node] [-policy P] [-n 20] [-interval 2s] [-once]
+        the most refused (or served) tags, live like top(1); keys: q quit,
+        s refused/served, c cluster/node, p next policy, / type a policy,
+        r refresh; -once prints the table and exits
 Run "dthrottle COMMAND -h" for a command's flags.
 `
 

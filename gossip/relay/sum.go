@@ -1,10 +1,11 @@
-// Package relay holds the two ledgers of relays that hold back
-// (docs/scaling.md): what a relay sums per tag before it passes it on
-// (Sum), and what a node sent to a relay and has not yet seen come back
-// (OwnHits); with the hold-back of a policy (HoldFor) and the relay a
-// tag's hits go to (Pick). They are plain data structures on an injected
-// clock: the node that sends reports to relays and applies their
-// aggregates is package gossip's.
+// Package relay is relaying (docs/scaling.md). Its two ledgers, plain
+// data structures on an injected clock that the simulator runs too, are
+// what a relay sums per tag before it passes it on (Sum) and what a node
+// sent to a relay and has not yet seen come back (OwnHits), with the
+// hold-back of a policy (HoldFor) and the relay a tag's hits go to
+// (Pick). A node's part in relaying, which sends its reports to relays,
+// sums and passes on what it gets when it is one, and applies their
+// aggregates, is Part (part.go), which a gossip node is given.
 package relay
 
 import (

@@ -75,6 +75,10 @@ func Decode(b []byte, key []byte) (Message, error) {
 		if err := st.decodePeers(&m, b[headerLen:end]); err != nil {
 			return Message{}, err
 		}
+	case MsgTop:
+		if err := st.decodeTop(&m, b[headerLen:end]); err != nil {
+			return Message{}, err
+		}
 	}
 	return m, nil
 }

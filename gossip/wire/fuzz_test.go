@@ -3,6 +3,7 @@
 package wire
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(readHex(f, "testdata/golden_request.hex"))
 	f.Add(readHex(f, "testdata/golden_peers.hex"))
 	f.Add(readHex(f, "testdata/golden_relay.hex"))
+	f.Add(readHex(f, "testdata/golden_top.hex"))
 	key := []byte("secret")
 	f.Fuzz(func(t *testing.T, b []byte) {
 		Decode(b, key) // must not panic
@@ -30,6 +32,10 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		checkInvariants(t, m)
+		if m.Type == MsgTop {
+			checkTopRoundTrip(t, b, *m.Top)
+			return
+		}
 		if len(b) > MaxPacket {
 			return // a hit from it might not fit a datagram of ours
 		}
@@ -50,4 +56,37 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded hits %v, want %v", got, m.Hits)
 		}
 	})
+}
+
+// checkTopRoundTrip re-encodes a report decoded from b: when the
+// re-encoding has room for all of it (the encoder reserves room for a
+// list's floor to rise, and for the largest left-out counts), it must
+// decode to the same report.
+func checkTopRoundTrip(t *testing.T, b []byte, r TopReport) {
+	for _, l := range r.Lists {
+		if l.Policy == "" || l.By > 1 {
+			t.Fatalf("decoded a list that is never sent: %+v", l)
+		}
+		for _, it := range l.Items {
+			if it.Key == "" {
+				t.Fatalf("decoded a tag with an empty key in %+v", l)
+			}
+		}
+	}
+	if len(b)+topFixed+9*len(r.Lists)+macLen > MaxPacket {
+		return
+	}
+	e := &Encoder{Node: 1, MaxPacket: MaxPacket, Key: []byte("secret")}
+	var got *TopReport
+	dropped, err := e.EncodeTop(time.UnixMilli(0), r, func(pkt []byte) error {
+		m, err := Decode(pkt, e.Key)
+		if err != nil {
+			t.Fatalf("decoding the re-encoding: %v", err)
+		}
+		got = m.Top
+		return nil
+	})
+	if err != nil || dropped != 0 || !reflect.DeepEqual(*got, r) {
+		t.Fatalf("re-encoded report (%d dropped, %v):\n%+v\nwant\n%+v", dropped, err, got, r)
+	}
 }

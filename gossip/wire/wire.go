@@ -11,7 +11,7 @@
 //	3       1     type: 1 hits, 2 heartbeat, 3 snapshot answer, 4 snapshot
 //	              request (snapshot.go), 5 peers (peers.go), 6 hits for a
 //	              relay, 7 a relay's aggregate, 8 an aggregate for another
-//	              segment (relay.go)
+//	              segment (relay.go), 9 heaviest tags (top.go)
 //	4       1     flags: bit 0 set when the MAC trailer is present; bit 1
 //	              set when the sender reports through relays while it
 //	              hears one (its silence is then expected); the other bits
@@ -73,7 +73,8 @@ const (
 	MsgHits      MsgType = 1 // body: tag → hits
 	MsgHeartbeat MsgType = 2 // a period with no hits; body: empty map
 	// 3 and 4 are the warm start messages, in snapshot.go; 5 lists
-	// peers, in peers.go; 6, 7 and 8 relay hits, in relay.go.
+	// peers, in peers.go; 6, 7 and 8 relay hits, in relay.go; 9 carries
+	// a node's heaviest tags, in top.go.
 )
 
 // version is the wire format version this code writes. Decode accepts only
@@ -102,6 +103,8 @@ type Message struct {
 	Snapshot *Snapshot
 	// Peers holds, for MsgPeers, the addresses listed, "ip:port".
 	Peers []string
+	// Top holds the body of a MsgTop; nil for every other type.
+	Top *TopReport
 }
 
 // Errors returned by Decode, to be tested with errors.Is.

@@ -16,10 +16,12 @@ func (d *Daemon) startAdmin(cfg config.Admin) error {
 		return nil
 	}
 	srv, err := admin.New(admin.Config{Addr: cfg.HTTP, Logger: d.log, Pprof: cfg.Pprof}, admin.Sources{
-		Snapshot: d.snapshot,
-		Peers:    d.peers,
-		Tag:      d.tagView,
-		Forget:   func(tag string) bool { return d.table.Forget(d.table.Key([]byte(tag))) },
+		Snapshot:   d.snapshot,
+		Peers:      d.peers,
+		Tag:        d.tagView,
+		Forget:     func(tag string) bool { return d.table.Forget(d.table.Key([]byte(tag))) },
+		Top:        d.top.view,
+		Collectors: d.collectors(),
 	})
 	if err != nil {
 		return err

@@ -92,6 +92,7 @@ type Daemon struct {
 	version  string
 
 	table  *bucket.Table
+	top    *topRun         // who is throttled, top.go
 	ways   []*way          // the ways in the config turns on, in the order of ways
 	passed []NamedListener // Options.Listeners, for the line protocol
 	gossip *gossipRun      // nil when no group and no peers are configured
@@ -136,6 +137,13 @@ func New(opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.loadState(cfg)
+	var every time.Duration // the peers' report interval, when there are peers
+	if cfg.Gossip.Group != "" || len(cfg.Gossip.Peers) > 0 {
+		every = cfg.Gossip.Interval.Duration
+	}
+	if d.top, err = newTop(d.table, every, d.now); err != nil {
+		return nil, err
+	}
 	if err := d.openWays(cfg); err != nil {
 		return nil, err
 	}
@@ -164,6 +172,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if cfg.Gossip.WarmStart {
 			d.gossip.node.Warm(d.now())
 		}
+	} else {
+		d.top.start()
 	}
 	d.log.Info("started", "version", d.version, "config", describe(d.path), "rate", cfg.Limit.Rate,
 		"burst", cfg.Limit.Burst, "policies", len(cfg.Policy), "max_tags", cfg.Limit.MaxTags)
@@ -210,6 +220,7 @@ func (d *Daemon) Close(grace time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	d.stopWays(ctx, grace)
+	d.top.stopTop()
 	d.event(Event{Kind: Stopped, Stage: StageQueries})
 	if d.cfg.State.File != "" {
 		d.saveState(d.cfg)

@@ -91,6 +91,8 @@ func (d *Daemon) startGossip(full config.Config, open func(config.Gossip) (trans
 		Relay:       run.relay.relayConfig(full, table),
 		Export:      warmExport(table),
 		Merge:       warmMerge(table),
+		Top:         d.top.report,
+		HeardTop:    d.top.heard,
 		Logger:      log,
 	}, t)
 	if err != nil {

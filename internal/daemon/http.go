@@ -32,6 +32,7 @@ func (d *Daemon) openHTTP(cfg config.Config) (*way, error) {
 		st := srv.Stats()
 		s.HTTP = &st
 	}
+	w.metrics = srv.Collector()
 	d.log.Info("http decision endpoint", network, w.addr().String(), "refuse_status", cfg.HTTP.RefuseStatus)
 	return w, nil
 }

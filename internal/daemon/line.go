@@ -30,6 +30,7 @@ func (d *Daemon) openLine(cfg config.Config) (*way, error) {
 	srv := protocol.NewServer(decider{d.table}, protocol.Config{MaxConns: cfg.Listen.MaxConns, Clock: d.now, Logger: d.log})
 	w.srv = srv.Server
 	w.stats = func(s *admin.Snapshot) { s.Server = srv.Stats() }
+	w.metrics = srv.Collector()
 	return w, nil
 }
 

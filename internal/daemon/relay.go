@@ -14,7 +14,7 @@ import (
 	"github.com/dthrottle/dthrottle/gossip/transport"
 )
 
-// This file owns the daemon's side of relaying (gossip/relay.go,
+// This file owns the daemon's side of relaying (package gossip/relay,
 // docs/scaling.md): the node's relay settings from [relay] and the
 // policies, the link to other segments' relays, and what a reload
 // changes of them.
@@ -31,15 +31,15 @@ type holdSettings struct {
 	interval time.Duration
 }
 
-var relayModes = map[string]gossip.RelayMode{
-	config.RelayOff:   gossip.RelayOff,
-	config.RelayUse:   gossip.RelayUse,
-	config.RelayServe: gossip.RelayServe,
+var relayModes = map[string]relay.Mode{
+	config.RelayOff:   relay.Off,
+	config.RelayUse:   relay.Use,
+	config.RelayServe: relay.Serve,
 }
 
 // relayConfig returns the node's relay settings for cfg: each tag is held
 // back after its policy's burst and refill time (gossip.HoldFor).
-func (r *relayRun) relayConfig(cfg config.Config, table *bucket.Table) gossip.RelayConfig {
+func (r *relayRun) relayConfig(cfg config.Config, table *bucket.Table) relay.Config {
 	h := &holdSettings{fraction: cfg.Relay.Hold, interval: cfg.Gossip.Interval.Duration}
 	r.hold.Store(h)
 	var maxAge time.Duration
@@ -49,7 +49,7 @@ func (r *relayRun) relayConfig(cfg config.Config, table *bucket.Table) gossip.Re
 			maxAge = max(maxAge, age)
 		}
 	}
-	rc := gossip.RelayConfig{
+	rc := relay.Config{
 		Mode: relayModes[cfg.Relay.Mode],
 		Hold: func(key string) (uint32, time.Duration) {
 			h := r.hold.Load()

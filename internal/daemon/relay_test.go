@@ -9,7 +9,8 @@ import (
 
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/peer"
+	"github.com/dthrottle/dthrottle/gossip/relay"
 	"github.com/dthrottle/dthrottle/gossip/transport"
 )
 
@@ -54,7 +55,7 @@ func TestRelayBetweenDaemons(t *testing.T) {
 	}
 	var marked bool
 	for _, p := range a.peers() {
-		marked = marked || p.Relay == gossip.RelayOfSegment
+		marked = marked || p.Relay == peer.RelayOfSegment
 	}
 	if !marked {
 		t.Errorf("a's peers view does not mark the relay: %+v", a.peers())
@@ -97,7 +98,7 @@ func TestRelayHoldFromPolicies(t *testing.T) {
 	cfg.Relay.Mode, cfg.Relay.Hold = config.RelayServe, 0.5
 	var r relayRun
 	rc := r.relayConfig(cfg, table)
-	if rc.Mode != gossip.RelayServe || rc.MaxAge != 10*time.Second {
+	if rc.Mode != relay.Serve || rc.MaxAge != 10*time.Second {
 		t.Fatalf("mode %v, longest age %v: want serve and 10s (login's 5/0.5)", rc.Mode, rc.MaxAge)
 	}
 	for _, tc := range []struct {

@@ -29,6 +29,7 @@ func (d *Daemon) openSPOE(cfg config.Config) (*way, error) {
 		st := srv.Stats()
 		s.SPOE = &st
 	}
+	w.metrics = srv.Collector()
 	d.log.Info("spoe agent", network, w.addr().String())
 	return w, nil
 }

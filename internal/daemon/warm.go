@@ -5,6 +5,7 @@ import (
 
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/gossip/warm"
 )
 
 // This file owns warm start from peers: the table's side of a snapshot
@@ -32,9 +33,9 @@ func warmMerge(t *bucket.Table) func(now time.Time, levels []gossip.Level) int {
 
 // WarmStats are the gossip node's warm start counters; zero when gossip
 // is off.
-func (d *Daemon) WarmStats() gossip.WarmStats {
+func (d *Daemon) WarmStats() warm.Stats {
 	if d.gossip == nil {
-		return gossip.WarmStats{}
+		return warm.Stats{}
 	}
 	return d.gossip.node.WarmStats()
 }

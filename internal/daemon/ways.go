@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/dthrottle/dthrottle/admin"
 	"github.com/dthrottle/dthrottle/config"
 	"github.com/dthrottle/dthrottle/serve"
@@ -34,6 +36,9 @@ type way struct {
 	reload func(next config.Config)
 	// stats adds the way's counters to a snapshot.
 	stats func(s *admin.Snapshot)
+	// metrics are the way's metric families, which the admin endpoint
+	// serves (metrics.go).
+	metrics prometheus.Collector
 }
 
 // openWays opens every way in the config turns on. On error, those opened

@@ -1,0 +1,65 @@
+package bucket
+
+import (
+	"testing"
+
+	mt "github.com/dthrottle/dthrottle/internal/metric/metrictest"
+)
+
+// metricsTable is a table of one tag (so each new tag evicts the last)
+// that has answered, at t0:
+//
+//	a a a           default: ok ok no (2 unreported hits)
+//	login:1 x2      login: ok no; evicts a (2 hits)
+//	try:1 x2        try, a dry run: ok ok, the second over its limit; evicts login:1 (1 hit)
+//	x:1             deny, also named default: no
+//	ok:1            allow, named with an invalid byte: ok
+func metricsTable(t *testing.T) *Table {
+	t.Helper()
+	tb, err := New(Config{Default: Policy{Rate: 1, Burst: 2}, MaxTags: 1, MaxTagBytes: 256,
+		Policies: []Policy{
+			{Name: "login", Prefix: "login:", Rate: 1, Burst: 1},
+			{Name: "try", Prefix: "try:", Rate: 1, Burst: 1, DryRun: true},
+			{Name: "default", Prefix: "x:", Action: Deny},
+			{Name: "bad\xff", Prefix: "ok:", Action: Allow},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tag := range []string{"a", "a", "a", "login:1", "login:1", "try:1", "try:1", "x:1", "ok:1"} {
+		tb.Allow(at(0), []byte(tag))
+	}
+	return tb
+}
+
+func TestCollector(t *testing.T) {
+	fams := mt.Gather(t, metricsTable(t).Collector())
+	const c, g = mt.Counter, mt.Gauge
+	mt.Expect(t, fams,
+		mt.Sample{Name: "dthrottle_queries_total", Labels: "result=ok", Kind: c, Value: 6},
+		mt.Sample{Name: "dthrottle_queries_total", Labels: "result=no", Kind: c, Value: 3},
+		// The deny policy named like the default is summed with it, not
+		// sent as a second series.
+		mt.Sample{Name: "dthrottle_policy_queries_total", Labels: "policy=default,result=ok", Kind: c, Value: 2},
+		mt.Sample{Name: "dthrottle_policy_queries_total", Labels: "policy=default,result=no", Kind: c, Value: 2},
+		mt.Sample{Name: "dthrottle_policy_queries_total", Labels: "policy=login,result=ok", Kind: c, Value: 1},
+		mt.Sample{Name: "dthrottle_policy_queries_total", Labels: "policy=login,result=no", Kind: c, Value: 1},
+		mt.Sample{Name: "dthrottle_policy_queries_total", Labels: "policy=try,result=ok", Kind: c, Value: 2},
+		mt.Sample{Name: "dthrottle_policy_queries_total", Labels: "policy=try,result=no", Kind: c, Value: 0},
+		mt.Sample{Name: "dthrottle_policy_queries_total", Labels: "policy=bad\uFFFD,result=ok", Kind: c, Value: 1},
+		mt.Sample{Name: "dthrottle_policy_dry_run_refused_total", Labels: "policy=default", Kind: c, Value: 0},
+		mt.Sample{Name: "dthrottle_policy_dry_run_refused_total", Labels: "policy=try", Kind: c, Value: 1},
+		mt.Sample{Name: "dthrottle_tags", Kind: g, Value: 1},
+		mt.Sample{Name: "dthrottle_evictions_total", Kind: c, Value: 2},
+		mt.Sample{Name: "dthrottle_evicted_hits_total", Kind: c, Value: 3},
+	)
+	if n := len(fams); n != 6 {
+		t.Errorf("%d families, want 6", n)
+	}
+}
+
+// The families follow Prometheus's naming conventions, and the collector
+// sends only what it describes.
+func TestCollectorLint(t *testing.T) {
+	mt.Lint(t, metricsTable(t).Collector())
+}

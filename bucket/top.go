@@ -1,0 +1,165 @@
+package bucket
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/dthrottle/dthrottle/topk"
+)
+
+// This file owns the refusals' side of "who is throttled": each shard
+// counts the keys it refuses, per policy, in small heavy-hitter sketches
+// (package topk), under the lock the decision already holds and with the
+// hash it already computed, and TakeRefusals harvests them once per
+// interval. The served side needs no counting here: served hits are
+// drained for the peers anyway (Drain), and PolicyName attributes them.
+//
+// Memory: a shard makes a sketch the first time a policy refuses in it,
+// and keeps it for reuse once harvested; at most refusalPolicies
+// sketches per shard, each of refusalK counters and refusalFilter filter
+// counters (a filtered sketch: the many light keys of a flood cost a
+// probe and an increment, not a counter taken over). So at most
+// Shards() × min(policies that refuse, refusalPolicies) sketches of
+// about 6 KiB and 32 keys (64 × 16 = 1,024 at most: some 6 MiB with keys
+// of 20 bytes; two policies refusing on 64 shards: 800 KiB), whatever
+// the number of tags.
+//
+// Error: a key falls in one shard only, so each shard's sketch sees all
+// of its key's refusals under that policy, and Space-Saving's bound
+// holds per shard: a key's count is over its true count by at most its
+// shard's refusals of the policy in the interval over refusalK, about
+// the policy's refusals over Shards()×refusalK.
+
+// refusalK is how many counters each shard's sketch of one policy's
+// refusals has, refusalFilter how many filter counters, and
+// refusalPolicies how many policies a shard counts refusals for in one
+// interval.
+const (
+	refusalK        = 32
+	refusalFilter   = 512
+	refusalPolicies = 16
+)
+
+// refusalSketch counts the keys one policy refused in one shard.
+type refusalSketch struct {
+	pi   int    // the policy's index in the shard's policies; -1 once a reload removed it
+	name string // the policy's name, as harvested
+	sk   *topk.Sketch
+}
+
+// Refusals are the heaviest keys one policy refused since the last
+// TakeRefusals, over the whole table: the keys' counts and errors, every
+// refusal of the policy counted (Total), and the most a key not listed
+// was refused (Floor). Under a DryRun policy a query the limit would
+// have refused counts as refused here, though it was served.
+type Refusals struct {
+	Policy string
+	topk.Summary
+}
+
+// refused counts a refusal of key, which hashes to h, under limit
+// policy pi. The caller holds the shard's lock.
+func (s *shard) refused(pi int, h uint64, key []byte) {
+	for i := range s.refusals[:s.nRefusals] {
+		if r := &s.refusals[i]; r.pi == pi {
+			r.sk.AddHash(h, key, 1)
+			return
+		}
+	}
+	s.refusedFirst(pi, h, key)
+}
+
+// refusedFirst counts the first refusal of policy pi since the last
+// harvest: it takes the next sketch, making it if it is the first time
+// so many policies refused in the shard, or counts the refusal as
+// untracked past refusalPolicies.
+func (s *shard) refusedFirst(pi int, h uint64, key []byte) {
+	if s.nRefusals == refusalPolicies {
+		s.untracked++
+		return
+	}
+	if s.nRefusals == len(s.refusals) {
+		s.refusals = append(s.refusals, refusalSketch{sk: topk.NewFiltered(refusalK, refusalFilter)})
+	}
+	r := &s.refusals[s.nRefusals]
+	s.nRefusals++
+	r.pi, r.name = pi, s.policies[pi].Name
+	r.sk.AddHash(h, key, 1)
+}
+
+// remapRefusals points the sketches at their policies' places in a new
+// policy set, by name (byName gives a name's index in the set); a sketch
+// whose policy is gone, or no longer limits, keeps what it counted for
+// the next harvest and counts nothing more. The caller holds the lock.
+func (s *shard) remapRefusals(set policySet, byName map[string]int) {
+	for i := range s.refusals[:s.nRefusals] {
+		r := &s.refusals[i]
+		pi, ok := byName[r.name]
+		if !ok || set[pi].Action != Limit {
+			pi = -1
+		}
+		r.pi = pi
+	}
+}
+
+// TakeRefusals appends to dst, for each policy that refused a query since
+// the last call, its heaviest refused keys (every key a shard kept, at
+// most Shards()×32), heaviest first, and empties the sketches: the caller
+// harvests once per interval. It takes each shard's lock in turn, as
+// Drain does. untracked counts refusals that no sketch counted: those of
+// the policies past the 16th to refuse in one shard within one interval
+// (they are in no Total).
+//
+// A reload (Reconfigure) keeps a policy's refusals under its name; the
+// refusals of a policy it removes are harvested under the old name.
+// Refusals of allow and deny policies are never counted: they keep no
+// bucket.
+func (t *Table) TakeRefusals(dst []Refusals) (_ []Refusals, untracked uint64) {
+	first := len(dst)
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for j := range s.refusals[:s.nRefusals] {
+			r := &s.refusals[j]
+			k := first
+			for k < len(dst) && dst[k].Policy != r.name {
+				k++
+			}
+			if k == len(dst) {
+				dst = append(dst, Refusals{Policy: r.name})
+			}
+			// A key is refused in its own shard only: the shards' lists
+			// add up without overlapping, and a key a shard left out was
+			// refused at most that shard's floor times.
+			d := &dst[k]
+			d.Items = append(d.Items, r.sk.Top(refusalK)...)
+			d.Total += r.sk.Total()
+			d.Floor = max(d.Floor, r.sk.Floor())
+			r.sk.Reset()
+			r.name = ""
+		}
+		s.nRefusals = 0
+		untracked += s.untracked
+		s.untracked = 0
+		s.mu.Unlock()
+	}
+	for k := first; k < len(dst); k++ {
+		slices.SortFunc(dst[k].Items, func(a, b topk.Item) int {
+			switch {
+			case a.Count > b.Count:
+				return -1
+			case a.Count < b.Count:
+				return 1
+			}
+			return strings.Compare(a.Key, b.Key)
+		})
+	}
+	return dst, untracked
+}
+
+// PolicyName returns the name of the policy that governs key now: the
+// policy a served hit drained for key (Drain) counts under.
+func (t *Table) PolicyName(key string) string {
+	s := *t.policies.Load()
+	return s[match(s, key)].Name
+}

@@ -1,0 +1,133 @@
+// Package peer keeps what a node knows of each sender it hears: the
+// sender's sequence window, which tells a new datagram from a duplicate, a
+// replay or a loss, and its info for logs and the peers view; and tables
+// of senders whose size is bounded whatever arrives. The node keeps one
+// table of its peers, its relaying part one per stream of relayed
+// datagrams, its warm start part one window per answer.
+package peer
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Info is what a node knows of one peer, for logs and the admin view.
+type Info struct {
+	Node             uint64    `json:"node"`
+	Addr             string    `json:"addr"` // where its last datagram came from
+	FirstHeard       time.Time `json:"first_heard"`
+	LastHeard        time.Time `json:"last_heard"`
+	Packets          uint64    `json:"packets"`    // accepted datagrams
+	Hits             uint64    `json:"hits"`       // hits applied from it
+	Lost             uint64    `json:"lost"`       // datagrams missing from its sequence
+	Duplicates       uint64    `json:"duplicates"` // datagrams seen twice (or too old to tell)
+	FingerprintMatch bool      `json:"fingerprint_match"`
+	Silent           bool      `json:"silent"` // not heard for the silence timeout
+	// Relayed says the peer reports through relays when it hears one, so
+	// its silence is expected and not logged.
+	Relayed bool `json:"relayed,omitempty"`
+	// Relay is RelayOfSegment for a relay of this node's segment,
+	// RelayOfRemote for one of another segment, empty for a node.
+	Relay string `json:"relay,omitempty"`
+	// Found says how this node came to send to the peer:
+	// transport.FoundConfigured, FoundResolved, FoundLearned or
+	// FoundMulticast. The node leaves it empty; the daemon, which knows
+	// the transports, fills it in.
+	Found string `json:"found,omitempty"`
+}
+
+// Relay states a peer can have in the peers view (Info.Relay).
+const (
+	RelayOfSegment = "segment" // a relay of this node's segment
+	RelayOfRemote  = "remote"  // a relay of another segment
+)
+
+// Max bounds a table of peers, whatever arrives; the peer heard least
+// recently makes room for a new one.
+const Max = 1024
+
+// ReplayWindow is how many sequence numbers behind the highest one seen a
+// datagram may arrive and still be accepted once.
+const ReplayWindow = 64
+
+// Peer tracks one sender's sequence numbers, like IPsec's anti-replay
+// window: the highest number seen and a bitmap of the ones just below it.
+// Info counts what the window sees (Lost, Duplicates); the rest of it is
+// the owner's to fill in.
+type Peer struct {
+	Info    Info
+	Warned  bool // the owner's: a fingerprint mismatch logged
+	highest uint64
+	window  uint64 // bit i set: highest-i was seen
+}
+
+// Accept records seq and reports whether it is new. A jump ahead counts
+// the numbers skipped as lost; one of them arriving late is accepted and
+// no longer counted lost. The first number accepted is the one that
+// starts the window, unless Info.Packets was set before.
+func (p *Peer) Accept(seq uint64) bool {
+	if p.Info.Packets == 0 && p.window == 0 {
+		p.highest, p.window = seq, 1
+		return true
+	}
+	if seq > p.highest {
+		shift := seq - p.highest
+		if shift >= ReplayWindow {
+			p.window = 0
+		} else {
+			p.window <<= shift
+		}
+		p.window |= 1
+		p.Info.Lost += shift - 1
+		p.highest = seq
+		return true
+	}
+	back := p.highest - seq
+	if back >= ReplayWindow || p.window&(1<<back) != 0 {
+		p.Info.Duplicates++
+		return false
+	}
+	p.window |= 1 << back
+	if p.Info.Lost > 0 {
+		p.Info.Lost--
+	}
+	return true
+}
+
+// Table is a bounded table of peers by node id. Not safe for concurrent
+// use: its owner's lock guards it.
+type Table map[uint64]*Peer
+
+// For returns the entry for node id, heard from addr at at, making room
+// for it if needed: the peer heard least recently goes.
+func (t Table) For(id uint64, addr string, at time.Time) (_ *Peer, isNew bool) {
+	if p, ok := t[id]; ok {
+		return p, false
+	}
+	if len(t) >= Max {
+		var oldest *Peer
+		for _, q := range t {
+			if oldest == nil || q.Info.LastHeard.Before(oldest.Info.LastHeard) {
+				oldest = q
+			}
+		}
+		delete(t, oldest.Info.Node)
+	}
+	p := &Peer{Info: Info{Node: id, Addr: addr, FirstHeard: at, FingerprintMatch: true}}
+	t[id] = p
+	return p, true
+}
+
+// Sorted returns the peers' info ordered by node id.
+func (t Table) Sorted() []Info {
+	out := make([]Info, 0, len(t))
+	for _, p := range t {
+		out = append(out, p.Info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+// Name formats a node id as logs and the admin view show it.
+func Name(id uint64) string { return fmt.Sprintf("%016x", id) }

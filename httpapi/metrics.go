@@ -1,0 +1,38 @@
+package httpapi
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dthrottle/dthrottle/internal/metric"
+)
+
+// This file owns the HTTP decision endpoint's metric families, read from
+// Stats.
+
+// Collector returns the endpoint's metrics, read at each scrape:
+//
+//	dthrottle_http_requests_total{result="allowed|refused|bad"}
+//	dthrottle_http_connections                 gauge, connections open
+//	dthrottle_http_connections_rejected_total  refused over MaxConns
+//
+// It is safe for concurrent use. The daemon registers it only while the
+// endpoint is on, so that an endpoint turned off exports no series.
+func (s *Server) Collector() prometheus.Collector { return newCollector(s.Stats) }
+
+// newCollector reads the counters from stats: the seam for tests.
+func newCollector(stats func() Stats) prometheus.Collector {
+	var (
+		requests    = metric.Counter("http_requests_total", "Requests to the HTTP decision endpoint, by result: allowed (2xx), refused, bad (4xx for their form).", "result")
+		connections = metric.Gauge("http_connections", "HTTP decision endpoint connections open.")
+		rejected    = metric.Counter("http_connections_rejected_total", "HTTP decision endpoint connections refused because its max_conns were open: answered 503, or closed at once past 64 such answers in flight.")
+	)
+	families := []metric.Family{requests, connections, rejected}
+	return metric.NewCollector(families, func(emit metric.Emit) {
+		st := stats()
+		emit(requests, float64(st.Allowed), "allowed")
+		emit(requests, float64(st.Refused), "refused")
+		emit(requests, float64(st.Bad), "bad")
+		emit(connections, float64(st.Active))
+		emit(rejected, float64(st.Rejected))
+	})
+}
