@@ -6,8 +6,7 @@
 // counters in the types of the packages that keep them (bucket, protocol,
 // gossip, httpapi, state); it builds the JSON documents of package api
 // from those. Metrics are the components' own: it registers the
-// collectors Sources gives it, and defines only the gossip node's. It
-// never serves request traffic: the HTTP decision endpoint is package
+// collectors Sources gives it and defines none. It never serves request traffic: the HTTP decision endpoint is package
 // httpapi, on a listener of its own.
 //
 // # Endpoints
@@ -53,25 +52,10 @@
 // of its package: the table's queries and tags in bucket, the query
 // socket's in protocol, the HTTP endpoint's in httpapi, the SPOE agent's
 // in spoe, the state file's in state, unicast discovery's in
-// gossip/transport, the build and the reloads in internal/daemon), and,
-// reading one Snapshot per scrape, the gossip node's, only while gossip is
-// enabled (a disabled feature exports no series, so alerts on peers or
-// loss stay quiet on a standalone node):
-//
-//	dthrottle_gossip_packets_sent_total
-//	dthrottle_gossip_bytes_sent_total
-//	dthrottle_gossip_packets_received_total
-//	dthrottle_gossip_bytes_received_total
-//	dthrottle_gossip_packets_dropped_total{reason="auth|malformed|version|duplicate|stale"}
-//	dthrottle_gossip_own_packets_total             own datagrams heard back
-//	dthrottle_gossip_packets_lost_total            sequence gaps, in datagrams
-//	dthrottle_gossip_fingerprint_mismatches_total
-//	dthrottle_gossip_peers                         gauge
-//	dthrottle_gossip_report_duration_seconds       gauge, the last report (after the first)
-//	dthrottle_gossip_last_report_timestamp_seconds gauge (after the first report)
-//
-// with the warm start's (dthrottle_warm_*) and relaying's
-// (dthrottle_relay_*, relay.go).
+// gossip/transport, the gossip node's and its parts' in gossip,
+// gossip/warm and gossip/relay, the build and the reloads in
+// internal/daemon). A way in or gossip that is off exports no series, so
+// alerts on peers or loss stay quiet on a standalone node.
 //
 // # Exposure
 //

@@ -120,7 +120,6 @@ func newServer(cfg Config, src Sources, now func() time.Time) (*Server, error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		newGossipCollector(src.Snapshot),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

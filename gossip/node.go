@@ -451,20 +451,22 @@ func (n *Node) Peers() []PeerInfo {
 	return n.relay.MarkPeers(out)
 }
 
-// Stats returns the node's counters.
+// Stats returns the node's counters, its parts' with them.
 func (n *Node) Stats() Stats {
+	st := n.nodeStats()
+	st.Warm = n.warm.Stats()
+	st.Relay = n.relay.Stats(n.statsTime())
+	return st
+}
+
+// nodeStats returns the node's own counters, without its parts'.
+func (n *Node) nodeStats() Stats {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	st := n.stats
 	for _, p := range n.peers {
 		st.Lost += p.Info.Lost
 	}
-	n.mu.Unlock()
-	st.Warm = n.warm.Stats()
-	now := st.LastReport
-	if now.IsZero() {
-		now = time.Now()
-	}
-	st.Relay = n.relay.Stats(now)
 	return st
 }
 

@@ -24,6 +24,7 @@ func (d *Daemon) collectors() []prometheus.Collector {
 		cs = append(cs, w.metrics)
 	}
 	if g := d.gossip; g != nil {
+		cs = append(cs, g.node.Collectors()...)
 		cs = append(cs, transport.NewDiscoveryCollector(func() transport.DiscoveryStats {
 			if g.unicast == nil {
 				return transport.DiscoveryStats{}
