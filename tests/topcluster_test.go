@@ -134,6 +134,13 @@ func TestTopCluster(t *testing.T) {
 	ds := l.startAll(t, nodeConfig{rate: 0.001, burst: 1000, secret: secret, policies: topPolicy})
 	a, b, c := ds[0], ds[1], ds[2]
 	names := []string{"A", "B", "C"}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, d := range ds {
+				t.Logf("node %s log:\n%s", names[i], strings.TrimSpace(d.stderr.String()))
+			}
+		}
+	})
 	expire := gossip.SilentAfter(lanInterval)
 	cluster := "by=refused&scope=cluster&policy=" + topPolicyName
 
@@ -239,9 +246,4 @@ func TestTopCluster(t *testing.T) {
 			return doc.Nodes == 2 && !topListed(doc, topTag)
 		})
 	t.Logf("A's report dropped on B, C %v after A stopped (expire %v)", took, expire)
-	if t.Failed() {
-		for i, d := range ds {
-			t.Logf("node %s log:\n%s", names[i], strings.TrimSpace(d.stderr.String()))
-		}
-	}
 }
