@@ -1,6 +1,7 @@
 // Package admin serves dthrottled's HTTP admin endpoint: Prometheus
-// metrics, a health check, the gossip peers view, counters as JSON, and the
-// state of one tag, which it can also forget.
+// metrics, a health check, the gossip peers view, counters as JSON, the
+// heaviest tags, the state of one tag, which it can also forget, and a
+// status page for people.
 //
 // It reads the daemon through the functions in Sources, which hand it the
 // counters in the types of the packages that keep them (bucket, protocol,
@@ -15,6 +16,18 @@
 // other method gets 405 with an Allow header, an unknown path 404. Errors
 // are JSON: {"error":"..."}.
 //
+//   - /: the status page, HTML for a browser, served at exactly "/" (any
+//     other unknown path is 404): decisions and refusals per second per
+//     policy over the last 15 minutes as charts drawn on the server (inline
+//     SVG, one point per 5 s), the policies' counters, the peers and their
+//     health, and the 10 most refused tags of each policy in the cluster
+//     (Sources.Top). It has no script (its Content-Security-Policy allows
+//     none), needs nothing from elsewhere, and reloads itself every 10 s.
+//     Tags are shown as text, HTML-escaped, with bytes that are not valid
+//     UTF-8 as \xNN and invisible characters as \xNN or \uNNNN. The
+//     history behind the charts is sampled from New to Close into a ring of
+//     fixed size: each 5 s keeps its 8 busiest policies by name and sums the
+//     others, so memory does not grow with the number of policies.
 //   - /metrics: Prometheus text format (below).
 //   - /healthz: 200 with {"status":"ok","peers":2,"seconds_since_report":0.4};
 //     seconds_since_report (since the last gossip report was sent) is
@@ -26,6 +39,14 @@
 //     zero.
 //   - /v1/peers: the gossip peers table as a JSON array, empty when gossip
 //     is off. Node ids are 16 hex digits; times are RFC 3339 in UTC.
+//   - /v1/top: the heaviest tags per policy (api.Top), read through
+//     Sources.Top. Parameters: by (refused, the default, or served), scope
+//     (cluster, the default, or node), policy (one of the daemon's
+//     policies; all when absent or empty) and n (tags per policy, 1 to 100,
+//     default 20). Any other parameter, a parameter given twice, or a value
+//     out of range is answered 400 with the error document naming it.
+//     Without Sources.Top it answers 200 with no policies. Tags that are
+//     not valid UTF-8 show each invalid byte as \xNN.
 //   - GET /v1/tags/{tag}: the tag's bucket: tracked, policy, action, rate,
 //     burst, tokens, debt (the tokens below zero, owed to peers' hits) and
 //     unreported hits. An untracked tag shows the full bucket of its policy.

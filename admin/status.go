@@ -32,7 +32,7 @@ const pageCSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none';
 
 // Chart geometry, in SVG user units.
 const (
-	chartW, chartH       = 560, 200
+	chartW, chartH       = 540, 200
 	chartLeft, chartTop  = 52, 10
 	chartRight, chartBot = 10, 22
 )
@@ -194,7 +194,7 @@ func (s *Server) statusPage(now time.Time) statusPage {
 
 	if s.src.Top != nil {
 		top := s.topDoc(topQuery{by: "refused", scope: "cluster", n: statusTop})
-		sec := &topSection{Window: duration(time.Duration(top.WindowSeconds * float64(time.Second))), Nodes: top.Nodes}
+		sec := &topSection{Window: duration(roundSeconds(top.WindowSeconds)), Nodes: top.Nodes}
 		for _, tp := range top.Policies {
 			if len(tp.Tags) == 0 {
 				continue
@@ -290,9 +290,18 @@ func niceCeil(v float64) float64 {
 	return 10 * p
 }
 
+// roundSeconds is s seconds to the second, or to the tenth below 10 s.
+func roundSeconds(s float64) time.Duration {
+	d := time.Duration(s * float64(time.Second))
+	if d < 10*time.Second {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
+}
+
 func round1(f float64) float64 { return math.Round(f*10) / 10 }
 
-// rate formats a rate per second briefly: 0, 0.25, 12.5, 1234, 12.3k.
+// rate formats a rate per second briefly: 0, 0.25, 12.5, 50, 1234, 12.3k.
 func rate(r float64) string {
 	switch {
 	case r >= 100000:
@@ -302,7 +311,7 @@ func rate(r float64) string {
 	case r >= 100:
 		return strconv.FormatFloat(r, 'f', 0, 64)
 	case r >= 10:
-		return strconv.FormatFloat(r, 'f', 1, 64)
+		return strconv.FormatFloat(math.Round(r*10)/10, 'f', -1, 64)
 	}
 	return strconv.FormatFloat(math.Round(r*100)/100, 'f', -1, 64)
 }

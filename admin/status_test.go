@@ -255,3 +255,17 @@ func TestNiceCeil(t *testing.T) {
 		}
 	}
 }
+
+func TestRate(t *testing.T) {
+	for _, c := range []struct {
+		in   float64
+		want string
+	}{
+		{0, "0"}, {0.004, "0"}, {0.25, "0.25"}, {3.2, "3.2"}, {12.54, "12.5"}, {50, "50"}, {99.96, "100"},
+		{1234.4, "1234"}, {12345, "12.3k"}, {123456, "123k"},
+	} {
+		if got := rate(c.in); got != c.want {
+			t.Errorf("rate(%v) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

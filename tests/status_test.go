@@ -89,7 +89,7 @@ http = "127.0.0.1:0"
 			"--disable-default-apps", "--metrics-recording-only", "--hide-scrollbars",
 			// Loopback only: anything else goes to a proxy that is not
 			// there, and no name resolves.
-			"--proxy-server=http://127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND",
+			"--proxy-server=http://127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 			"--window-size=1200,1600",
 		}, args...)...)
 		cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir)

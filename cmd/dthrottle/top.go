@@ -4,19 +4,15 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
 	"github.com/dthrottle/dthrottle/admin/api"
-	"golang.org/x/sys/unix"
 )
 
 // top shows the heaviest tags, as top(1) shows processes: live in the
@@ -175,7 +171,7 @@ func (v *topView) key(k byte) (quit bool) {
 			v.setPolicy("")
 		}
 	case '/':
-		v.typing, v.typed = true, append(v.typed[:0], v.policy...)
+		v.typing, v.typed = true, v.typed[:0]
 	}
 	return false
 }
@@ -241,7 +237,8 @@ func (v *topView) keys(b []byte) []byte {
 // The screen's fixed lines.
 const (
 	topHelp    = "q quit  s refused/served  c cluster/node  p next policy  / type a policy  r refresh"
-	topTagCell = 8 // the least room a tag's column gets
+	topTagCell = 8  // the least room a tag's column gets
+	topTagWide = 16 // the room below which the ±error and share columns go
 )
 
 // frame is the view at now as lines, each at most width columns wide and
@@ -353,222 +350,35 @@ func (v *topView) table(width int) []string {
 		errW = max(errW, len(strconv.FormatUint(r.tag.Error, 10)))
 		polW = max(polW, min(24, utf8.RuneCountInString(quotedName(r.policy))))
 	}
+	// Columns: count, ±error, share, policy, tag. On a narrow terminal the
+	// error and share go first, then the policy narrows, so that the tag
+	// keeps room.
 	const shareW = 6
-	lead := countW + 2 + errW + 2 + shareW + 2 + polW + 2
+	stats := errW + 2 + shareW + 2
+	lead := countW + 2 + stats + polW + 2
+	if width > 0 && width-lead < topTagWide {
+		stats, lead = 0, lead-stats
+	}
 	if width > 0 && width-lead < topTagCell {
 		polW = max(6, polW-(topTagCell-(width-lead)))
-		lead = countW + 2 + errW + 2 + shareW + 2 + polW + 2
+		lead = countW + 2 + stats + polW + 2
 	}
 	cell := func(s string, w int) string { return pad(clip(s, w), w) }
-	lines := []string{fmt.Sprintf("%*s  %*s  %*s  %s  TAG", countW, strings.ToUpper(v.by), errW, errHead, shareW, "SHARE", cell("POLICY", polW))}
+	head := fmt.Sprintf("%*s  ", countW, strings.ToUpper(v.by))
+	if stats > 0 {
+		head += fmt.Sprintf("%*s  %*s  ", errW, errHead, shareW, "SHARE")
+	}
+	lines := []string{head + cell("POLICY", polW) + "  TAG"}
 	for _, r := range rows {
 		tag := quoted(r.tag.Tag)
 		if width > 0 {
 			tag = clip(tag, max(width-lead, 1))
 		}
-		lines = append(lines, fmt.Sprintf("%*d  %*d  %*s  %s  %s", countW, r.tag.Count, errW, r.tag.Error,
-			shareW, percent(r.tag.Count, r.total), cell(quotedName(r.policy), polW), tag))
+		line := fmt.Sprintf("%*d  ", countW, r.tag.Count)
+		if stats > 0 {
+			line += fmt.Sprintf("%*d  %*s  ", errW, r.tag.Error, shareW, percent(r.tag.Count, r.total))
+		}
+		lines = append(lines, line+cell(quotedName(r.policy), polW)+"  "+tag)
 	}
 	return lines
-}
-
-// quoted is s as a Go string literal: a tag's control characters, escape
-// sequences and invisible characters are shown escaped, never sent to the
-// terminal.
-func quoted(s string) string { return strconv.Quote(s) }
-
-// quotedName is a policy name as is, or quoted when it holds anything but
-// printable characters and spaces.
-func quotedName(s string) string {
-	if q := strconv.Quote(s); q[1:len(q)-1] != s {
-		return q
-	}
-	return s
-}
-
-// oneLine keeps an error message on one line of printable text.
-func oneLine(s string) string {
-	q := strconv.Quote(s)
-	return q[1 : len(q)-1]
-}
-
-// cellWidth is how many columns r takes, counting wide characters as two
-// (and anything that might be as two: a cut is then early, never late).
-func cellWidth(r rune) int {
-	if r < 0x1100 {
-		return 1
-	}
-	return 2
-}
-
-// clip cuts s to at most width columns, ending a cut with "…".
-func clip(s string, width int) string {
-	w := 0
-	for _, r := range s {
-		w += cellWidth(r)
-	}
-	if w <= width {
-		return s
-	}
-	w = 0
-	for i, r := range s {
-		if w+cellWidth(r) > width-1 {
-			return s[:i] + "…"
-		}
-		w += cellWidth(r)
-	}
-	return s
-}
-
-// pad fills s with spaces to width columns.
-func pad(s string, width int) string {
-	w := 0
-	for _, r := range s {
-		w += cellWidth(r)
-	}
-	return s + strings.Repeat(" ", max(0, width-w))
-}
-
-// Terminal control: the alternate screen (the shell's screen comes back
-// on exit), cursor hidden, home, erase to the end of the line and of the
-// screen.
-const (
-	termEnter = "\x1b[?1049h\x1b[?25l"
-	termLeave = "\x1b[?25h\x1b[?1049l"
-	termHome  = "\x1b[H"
-	termEOL   = "\x1b[K"
-	termEOS   = "\x1b[J"
-)
-
-// live runs the view in the terminal until q, ^C or a signal, restoring
-// the terminal whatever ends it.
-func (v *topView) live(in, out *os.File, interval time.Duration, now func() time.Time) error {
-	restore, err := rawMode(int(in.Fd()))
-	if err != nil {
-		return fmt.Errorf("top: terminal: %w", err)
-	}
-	defer restore()
-	// Signals are caught before the screen changes, so that none can end
-	// the process with the terminal left raw.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGWINCH)
-	defer signal.Stop(sigs)
-	io.WriteString(out, termEnter)
-	defer io.WriteString(out, termLeave)
-
-	keys := make(chan []byte)
-	go readKeys(in, keys)
-	results := make(chan topResult, 1)
-	inFlight, again := false, false
-	refresh := func() {
-		if inFlight {
-			again = true
-			return
-		}
-		inFlight = true
-		p := v.params()
-		go func() { results <- v.fetch(p) }()
-	}
-	draw := func() {
-		w, h := termSize(int(out.Fd()))
-		var b strings.Builder
-		b.WriteString(termHome)
-		for i, line := range v.frame(now(), w, h, true) {
-			if i > 0 {
-				b.WriteString("\r\n")
-			}
-			b.WriteString(line)
-			b.WriteString(termEOL)
-		}
-		b.WriteString(termEOS)
-		io.WriteString(out, b.String())
-	}
-	refresh()
-	draw()
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case sig := <-sigs:
-			if sig != syscall.SIGWINCH {
-				return nil
-			}
-		case b, ok := <-keys:
-			if !ok {
-				return nil // end of input: the terminal is gone
-			}
-			for _, k := range v.keys(b) {
-				before := v.params()
-				if v.key(k) {
-					return nil
-				}
-				if k == 'r' && !v.typing || v.params() != before {
-					refresh()
-				}
-			}
-		case r := <-results:
-			inFlight = false
-			if r.p == v.params() && r.err == nil {
-				v.updated = now()
-			}
-			v.apply(r)
-			if again || r.p != v.params() {
-				again = false
-				refresh()
-			}
-		case <-tick.C:
-			refresh()
-		}
-		draw()
-	}
-}
-
-// readKeys sends what each read of the terminal gives, and closes keys at
-// the end of input.
-func readKeys(in *os.File, keys chan<- []byte) {
-	buf := make([]byte, 64)
-	for {
-		n, err := in.Read(buf)
-		if n > 0 {
-			keys <- append([]byte(nil), buf[:n]...)
-		}
-		if err != nil {
-			close(keys)
-			return
-		}
-	}
-}
-
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
-}
-
-// rawMode puts the terminal on fd in raw mode, as cfmakeraw(3) does, and
-// returns the function that restores it.
-func rawMode(fd int) (restore func(), err error) {
-	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	if err != nil {
-		return nil, err
-	}
-	raw := *old
-	raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
-	raw.Oflag &^= unix.OPOST
-	raw.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
-	raw.Cflag &^= unix.CSIZE | unix.PARENB
-	raw.Cflag |= unix.CS8
-	raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
-	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &raw); err != nil {
-		return nil, err
-	}
-	return func() { unix.IoctlSetTermios(fd, unix.TCSETS, old) }, nil
-}
-
-// termSize is the terminal's width and height, 80x24 if it cannot say.
-func termSize(fd int) (width, height int) {
-	ws, err := unix.IoctlGetWinsize(fd, unix.TIOCGWINSZ)
-	if err != nil || ws.Col == 0 || ws.Row == 0 {
-		return 80, 24
-	}
-	return int(ws.Col), int(ws.Row)
 }
