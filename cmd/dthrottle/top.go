@@ -249,7 +249,7 @@ func (v *topView) frame(now time.Time, width, height int, live bool) []string {
 	what := "most " + v.by + " tags"
 	scope := v.scope
 	if v.top != nil && v.scope == "cluster" {
-		scope += fmt.Sprintf(" (%d nodes)", v.top.Nodes)
+		scope += fmt.Sprintf(" (%d %s)", v.top.Nodes, map[bool]string{true: "node", false: "nodes"}[v.top.Nodes == 1])
 	}
 	window := "-"
 	if v.top != nil {
