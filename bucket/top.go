@@ -1,8 +1,6 @@
 package bucket
 
 import (
-	"slices"
-	"strings"
 
 	"github.com/dthrottle/dthrottle/topk"
 )
@@ -20,9 +18,9 @@ import (
 // counters (a filtered sketch: the many light keys of a flood cost a
 // probe and an increment, not a counter taken over). So at most
 // Shards() × min(policies that refuse, refusalPolicies) sketches of
-// about 6 KiB and 32 keys (64 × 16 = 1,024 at most: some 6 MiB with keys
-// of 20 bytes; two policies refusing on 64 shards: 800 KiB), whatever
-// the number of tags.
+// about 8 KiB with keys of 20 bytes (64 × 16 = 1,024 at most: 8 MiB;
+// two policies refusing on 64 shards: 1 MiB), whatever the number of
+// tags.
 //
 // Error: a key falls in one shard only, so each shard's sketch sees all
 // of its key's refusals under that policy, and Space-Saving's bound
@@ -144,15 +142,7 @@ func (t *Table) TakeRefusals(dst []Refusals) (_ []Refusals, untracked uint64) {
 		s.mu.Unlock()
 	}
 	for k := first; k < len(dst); k++ {
-		slices.SortFunc(dst[k].Items, func(a, b topk.Item) int {
-			switch {
-			case a.Count > b.Count:
-				return -1
-			case a.Count < b.Count:
-				return 1
-			}
-			return strings.Compare(a.Key, b.Key)
-		})
+		topk.SortItems(dst[k].Items)
 	}
 	return dst, untracked
 }

@@ -64,7 +64,7 @@ func TestClusterOverTheWire(t *testing.T) {
 			// truth[by][policy][tag]
 			truth := [2]map[string]map[string]uint64{{}, {}}
 			now := t0
-			for s := range 20 {
+			for s := range 10 {
 				now = t0.Add(time.Duration(s) * time.Second)
 				for _, b := range boards {
 					var refs []bucket.Refusals

@@ -14,11 +14,12 @@
 //
 // Memory is fixed by the Config, whatever the number of tags: at most
 // Policies × 2 × Parts summaries of K tags, Policies sketches of K
-// counters, and Nodes peers' reports of at most PeerTags tags; each tag
-// costs its key and about 60 bytes. DefaultConfig: 32 × 2 × 6 × 256 +
-// 32 × 256 + 128 × 512 = 172,032 tags at most (some 14 MB with 20-byte
-// keys), which only 32 policies each refusing and serving hundreds of
-// distinct tags in every part reach.
+// counters (and 8K filter counters of 8 bytes), and Nodes peers' reports
+// of at most PeerTags tags; each tag costs its key and about 60 bytes.
+// DefaultConfig: 32 × 2 × 6 × 256 + 32 × 256 + 128 × 512 = 172,032 tags
+// at most, some 14 MB with 20-byte keys, and 512 KiB of filter counters:
+// only 32 policies each refusing and serving hundreds of distinct tags
+// in every part, and 128 peers doing the same, reach it.
 //
 // Package top knows nothing of sockets or of the node: the daemon feeds
 // it, the node carries its reports.

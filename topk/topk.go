@@ -57,19 +57,21 @@ type counter struct {
 // usable: see New. Not safe for concurrent use: give each writer its own
 // and Merge them to read.
 type Sketch struct {
-	seed  maphash.Seed
-	heap  []int32 // counter numbers, a min-heap on count
-	pos   []int32 // pos[c] is counter c's place in heap
-	cs    []counter
+	// What adding a key not held reads comes first.
 	index []uint64 // open addressing: hash>>32 <<32 | counter number + 1; 0 for empty
 	mask  uint64
+	min   uint64 // the smallest count held, the heap's root's
 	total uint64
-
 	// filter, for a filtered sketch: every key not held has counted at
 	// most filter[its hash>>32 & fmask], and fmax is the largest.
 	filter []uint64
 	fmask  uint64
 	fmax   uint64
+
+	cs   []counter
+	heap []int32 // counter numbers, a min-heap on count
+	pos  []int32 // pos[c] is counter c's place in heap
+	seed maphash.Seed
 }
 
 // New returns an empty sketch of k counters, k at least 1.
@@ -117,7 +119,7 @@ func (s *Sketch) Floor() uint64 {
 	if s.filter != nil {
 		return s.fmax
 	}
-	return s.cs[s.heap[0]].count
+	return s.min
 }
 
 // Add counts n more of key. A key is compared by its bytes; the sketch
@@ -136,7 +138,12 @@ func (s *Sketch) AddHash(h uint64, key []byte, n uint64) {
 	slot, c := s.lookup(h, key)
 	if c >= 0 {
 		s.cs[c].count = add(s.cs[c].count, n)
-		s.down(int(s.pos[c]))
+		if i := int(s.pos[c]); i == 0 {
+			s.down(0)
+			s.min = s.cs[s.heap[0]].count
+		} else {
+			s.down(i)
+		}
 		return
 	}
 	if len(s.cs) < cap(s.cs) {
@@ -151,6 +158,7 @@ func (s *Sketch) AddHash(h uint64, key []byte, n uint64) {
 		s.pos = append(s.pos, int32(len(s.heap)))
 		s.heap = append(s.heap, c)
 		s.up(len(s.heap) - 1)
+		s.min = s.cs[s.heap[0]].count
 		return
 	}
 	// Full: the smallest counter takes the new key over, keeping its
@@ -160,17 +168,19 @@ func (s *Sketch) AddHash(h uint64, key []byte, n uint64) {
 	// error, and the key it replaces leaves its count in its own. So no
 	// filter counter is above the smallest count, and every key not held
 	// counted at most its filter counter.
-	c = s.heap[0]
-	m := &s.cs[c]
-	err := m.count
+	err := s.min
 	if s.filter != nil {
 		f := &s.filter[h>>32&s.fmask]
-		if v := add(*f, n); v <= m.count {
+		if v := add(*f, n); v <= s.min {
 			*f = v
 			s.fmax = max(s.fmax, v)
 			return
 		}
 		err = *f
+	}
+	c = s.heap[0]
+	m := &s.cs[c]
+	if s.filter != nil {
 		g := &s.filter[m.hash>>32&s.fmask]
 		*g = max(*g, m.count)
 		s.fmax = max(s.fmax, *g)
@@ -184,6 +194,7 @@ func (s *Sketch) AddHash(h uint64, key []byte, n uint64) {
 	m.slot = int32(slot)
 	s.index[slot] = entry(h, c)
 	s.down(0)
+	s.min = s.cs[s.heap[0]].count
 }
 
 // add is a+b, saturating at the largest uint64 rather than wrapping.
@@ -279,7 +290,7 @@ func (s *Sketch) Top(n int) []Item {
 	for _, c := range s.cs {
 		items = append(items, Item{Key: string(c.key), Count: c.count, Err: c.err})
 	}
-	sortItems(items)
+	SortItems(items)
 	return items[:min(n, len(items))]
 }
 
@@ -289,7 +300,7 @@ func (s *Sketch) Reset() {
 	for i := range s.cs {
 		s.cs[i].key = s.cs[i].key[:0]
 	}
-	s.cs, s.heap, s.pos, s.total = s.cs[:0], s.heap[:0], s.pos[:0], 0
+	s.cs, s.heap, s.pos, s.total, s.min = s.cs[:0], s.heap[:0], s.pos[:0], 0, 0
 	clear(s.filter)
 	s.fmax = 0
 }
@@ -339,7 +350,7 @@ func merge(lists [][]Item, floors []uint64) []Item {
 			}
 		}
 	}
-	sortItems(items)
+	SortItems(items)
 	return items
 }
 
@@ -389,8 +400,9 @@ func MergeSummaries(k int, sums ...Summary) Summary {
 	return m.Cut(k)
 }
 
-// sortItems orders items by count, highest first, then by key.
-func sortItems(items []Item) {
+// SortItems orders items by count, highest first, then by key: the order
+// of every list this package returns.
+func SortItems(items []Item) {
 	slices.SortFunc(items, func(a, b Item) int {
 		switch {
 		case a.Count > b.Count:
