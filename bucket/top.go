@@ -1,7 +1,6 @@
 package bucket
 
 import (
-
 	"github.com/dthrottle/dthrottle/topk"
 )
 
