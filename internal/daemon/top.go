@@ -15,11 +15,18 @@ import (
 // top) fed at every gossip report with the refusals the table harvested
 // and the hits the report drained, whose report the node carries to its
 // peers and whose peers' reports it takes in; with gossip off, a loop of
-// its own feeds it every second, draining the table itself. The admin
+// its own feeds it, draining the table itself. The admin
 // endpoint's /v1/top and status page read it (view).
 
-// topEvery is how often the board is fed when gossip is off.
+// With gossip off, the board is fed refusals every topEvery, and the
+// hits served every servedEvery: draining a large table costs in
+// proportion to the tags served since the last drain, so a drain per
+// part of the board's window (10 s) loses nothing the view shows.
 const topEvery = time.Second
+
+// servedEvery is how many feeds go between two drains; a variable so that
+// tests may drain at every feed.
+var servedEvery = 10
 
 // topRun is the daemon's board and what feeds it.
 type topRun struct {
@@ -81,12 +88,15 @@ func (r *topRun) start() {
 		defer close(r.stopped)
 		t := time.NewTicker(topEvery)
 		defer t.Stop()
-		for {
+		for tick := 1; ; tick++ {
 			select {
 			case <-r.stop:
 				return
 			case <-t.C:
-				r.hits = r.table.Drain(r.hits[:0])
+				r.hits = r.hits[:0]
+				if tick%servedEvery == 0 {
+					r.hits = r.table.Drain(r.hits)
+				}
 				r.feed(r.now(), r.hits)
 				if cap(r.hits) > 4096 {
 					r.hits = nil // do not keep a flood's worth of memory
