@@ -7,14 +7,16 @@ import (
 )
 
 // This file owns the table's metric families: the queries each policy
-// answered (Table.PolicyStats) and the table's size and evictions
-// (Table.Stats).
+// answered and the charges it took (Table.PolicyStats), and the table's
+// size and evictions (Table.Stats).
 
 // Collector returns the table's metrics, read at each scrape:
 //
 //	dthrottle_queries_total{result="ok|no"}              queries decided by a policy
 //	dthrottle_policy_queries_total{policy,result}        the same per policy
 //	dthrottle_policy_dry_run_refused_total{policy}       what a dry run's limit would have refused
+//	dthrottle_policy_charges_total{policy}               charges applied (Charge)
+//	dthrottle_policy_charged_tokens_total{policy}        the tokens they took
 //	dthrottle_tags                                       gauge, tags tracked
 //	dthrottle_evictions_total                            tags evicted by max_tags
 //	dthrottle_evicted_hits_total                         unreported hits lost with them
@@ -25,16 +27,18 @@ func (t *Table) Collector() prometheus.Collector {
 		queries       = metric.Counter("queries_total", "Queries decided by a policy, by answer (empty tags are answered ok without a policy and not counted here).", "result")
 		policyQueries = metric.Counter("policy_queries_total", "Queries decided by each policy, by answer.", "policy", "result")
 		dryRunRefused = metric.Counter("policy_dry_run_refused_total", "Queries a dry-run policy served that its limit would have refused (also counted as ok).", "policy")
+		charges       = metric.Counter("policy_charges_total", "Charges applied to each limit policy's buckets: costs paid after the response, never refused.", "policy")
+		chargedTokens = metric.Counter("policy_charged_tokens_total", "Tokens taken from each limit policy's buckets by charges.", "policy")
 		tags          = metric.Gauge("tags", "Tags tracked in the table.")
 		evictions     = metric.Counter("evictions_total", "Tags evicted by the max_tags cap.")
 		evictedHits   = metric.Counter("evicted_hits_total", "Unreported hits lost with evicted tags.")
 	)
-	families := []metric.Family{queries, policyQueries, dryRunRefused, tags, evictions, evictedHits}
+	families := []metric.Family{queries, policyQueries, dryRunRefused, charges, chargedTokens, tags, evictions, evictedHits}
 	return metric.NewCollector(families, func(emit metric.Emit) {
 		// Policy names are unique in a valid config, but one may be named
 		// like the default; sum rather than emit a series twice (a failed
 		// scrape).
-		type okNo struct{ ok, no, dry uint64 }
+		type okNo struct{ ok, no, dry, charges, tokens uint64 }
 		policies := t.PolicyStats()
 		byName := make(map[string]okNo, len(policies))
 		names := make([]string, 0, len(policies))
@@ -45,13 +49,15 @@ func (t *Table) Collector() prometheus.Collector {
 			if !seen {
 				names = append(names, name)
 			}
-			byName[name] = okNo{n.ok + p.OK, n.no + p.NO, n.dry + p.DryRunRefused}
-			total = okNo{total.ok + p.OK, total.no + p.NO, 0}
+			byName[name] = okNo{n.ok + p.OK, n.no + p.NO, n.dry + p.DryRunRefused, n.charges + p.Charges, n.tokens + p.ChargedTokens}
+			total = okNo{ok: total.ok + p.OK, no: total.no + p.NO}
 		}
 		for _, name := range names {
 			emit(policyQueries, float64(byName[name].ok), name, "ok")
 			emit(policyQueries, float64(byName[name].no), name, "no")
 			emit(dryRunRefused, float64(byName[name].dry), name)
+			emit(charges, float64(byName[name].charges), name)
+			emit(chargedTokens, float64(byName[name].tokens), name)
 		}
 		emit(queries, float64(total.ok), "ok")
 		emit(queries, float64(total.no), "no")

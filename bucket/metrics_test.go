@@ -49,12 +49,14 @@ func TestCollector(t *testing.T) {
 		mt.Sample{Name: "dthrottle_policy_queries_total", Labels: "policy=bad\uFFFD,result=ok", Kind: c, Value: 1},
 		mt.Sample{Name: "dthrottle_policy_dry_run_refused_total", Labels: "policy=default", Kind: c, Value: 0},
 		mt.Sample{Name: "dthrottle_policy_dry_run_refused_total", Labels: "policy=try", Kind: c, Value: 1},
+		mt.Sample{Name: "dthrottle_policy_charges_total", Labels: "policy=login", Kind: c, Value: 0},
+		mt.Sample{Name: "dthrottle_policy_charged_tokens_total", Labels: "policy=login", Kind: c, Value: 0},
 		mt.Sample{Name: "dthrottle_tags", Kind: g, Value: 1},
 		mt.Sample{Name: "dthrottle_evictions_total", Kind: c, Value: 2},
 		mt.Sample{Name: "dthrottle_evicted_hits_total", Kind: c, Value: 3},
 	)
-	if n := len(fams); n != 6 {
-		t.Errorf("%d families, want 6", n)
+	if n := len(fams); n != 8 {
+		t.Errorf("%d families, want 8", n)
 	}
 }
 

@@ -108,8 +108,8 @@ func compile(p Policy) (compiled, error) {
 // no when the policies change. Allow and deny policies take no lock: they
 // count in stripes, each on a cache line of its own, picked at random per
 // query, so that cores answering them rarely write the same line; so do
-// dry runs, for the queries their limit would refuse. Reads sum
-// everything.
+// dry runs, for the queries their limit would refuse, and charges. Reads
+// sum everything.
 type policyCounts struct {
 	ok, no  atomic.Uint64
 	stripes atomic.Pointer[[answerStripes]answerCounts] // nil until first needed
@@ -119,11 +119,14 @@ type policyCounts struct {
 // few per core of a large machine, 512 bytes per policy.
 const answerStripes = 8
 
-// answerCounts is one stripe of an allow or deny policy's counts.
+// answerCounts is one stripe of an allow or deny policy's counts, and
+// of a limit policy's charges.
 type answerCounts struct {
-	ok, no atomic.Uint64
-	dry    atomic.Uint64 // served by a dry run where the limit would refuse
-	_      [40]byte      // a cache line each
+	ok, no  atomic.Uint64
+	dry     atomic.Uint64 // served by a dry run where the limit would refuse
+	charges atomic.Uint64 // charges applied (charge.go)
+	charged atomic.Uint64 // the tokens they took
+	_       [24]byte      // a cache line each
 }
 
 // stripe returns a stripe picked at random.
@@ -149,6 +152,26 @@ func (c *policyCounts) count(ok bool) {
 // countDry counts a query a dry run served where its limit would refuse
 // (besides counting it as served).
 func (c *policyCounts) countDry() { c.stripe().dry.Add(1) }
+
+// countCharge counts one charge of n tokens to a limit policy's bucket.
+// Charges come once per answered request, far fewer than queries, and
+// take no shard count: they count in the stripes.
+func (c *policyCounts) countCharge(n uint32) {
+	s := c.stripe()
+	s.charges.Add(1)
+	s.charged.Add(uint64(n))
+}
+
+// chargeTotals sums the charges and the tokens they took.
+func (c *policyCounts) chargeTotals() (charges, tokens uint64) {
+	if st := c.stripes.Load(); st != nil {
+		for i := range st {
+			charges += st[i].charges.Load()
+			tokens += st[i].charged.Load()
+		}
+	}
+	return charges, tokens
+}
 
 // totals sums the counts.
 func (c *policyCounts) totals() (ok, no, dry uint64) {

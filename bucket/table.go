@@ -94,6 +94,10 @@ type PolicyStats struct {
 	// DryRunRefused counts the queries served (and counted in OK) under
 	// DryRun that the limit would have refused.
 	DryRunRefused uint64
+	// Charges counts the charges applied to the policy's buckets (Charge
+	// with n > 0), and ChargedTokens the tokens they took; neither is a
+	// query.
+	Charges, ChargedTokens uint64
 }
 
 // State is a tag as seen at an instant, for tests and the admin view.
@@ -365,7 +369,8 @@ func (t *Table) Stats() Stats {
 }
 
 // PolicyStats returns, for each current policy (the default first), the
-// queries it answered OK and NO over the table's life, reloads included.
+// queries it answered OK and NO and the charges it took over the table's
+// life, reloads included.
 func (t *Table) PolicyStats() []PolicyStats {
 	t.reconfig.Lock()
 	defer t.reconfig.Unlock()
@@ -373,7 +378,8 @@ func (t *Table) PolicyStats() []PolicyStats {
 	out := make([]PolicyStats, len(set))
 	for i := range set {
 		ok, no, dry := set[i].counts.totals()
-		out[i] = PolicyStats{Policy: set[i].Policy, OK: ok, NO: no, DryRunRefused: dry}
+		charges, charged := set[i].counts.chargeTotals()
+		out[i] = PolicyStats{Policy: set[i].Policy, OK: ok, NO: no, DryRunRefused: dry, Charges: charges, ChargedTokens: charged}
 	}
 	for i := range t.shards {
 		s := &t.shards[i]

@@ -56,15 +56,18 @@ type State struct {
 	File string `toml:"file"` // the table is saved here on a clean stop and read back on start; "" disables
 }
 
-// Listen says where the query protocol is served. At least one of Unix and
-// TCP must be set. The zero Listen serves nothing and is not valid.
+// Listen says where the query protocol is served, and its charge form.
+// At least one of Unix and TCP must be set. The zero Listen serves nothing
+// and is not valid.
 type Listen struct {
-	Unix        string `toml:"unix" reload:"restart"`       // Unix socket path; "" disables
-	UnixMode    string `toml:"unix_mode" reload:"restart"`  // octal permissions of the socket, e.g. "0660"
-	UnixGroup   string `toml:"unix_group" reload:"restart"` // group to own the socket, e.g. "www-data" so Apache's children can connect; "" keeps the daemon's
-	TCP         string `toml:"tcp" reload:"restart"`        // TCP "host:port", e.g. "127.0.0.1:7070"; "" disables; a non-loopback address is warned about at start
-	MaxConns    int    `toml:"max_conns" reload:"restart"`  // most client connections open at once
-	MaxTagBytes int    `toml:"max_tag_bytes"`               // longer tags are keyed by a digest
+	Unix        string `toml:"unix" reload:"restart"`        // Unix socket path; "" disables
+	UnixMode    string `toml:"unix_mode" reload:"restart"`   // octal permissions of the socket, e.g. "0660"
+	UnixGroup   string `toml:"unix_group" reload:"restart"`  // group to own the socket, e.g. "www-data" so Apache's children can connect; "" keeps the daemon's
+	TCP         string `toml:"tcp" reload:"restart"`         // TCP "host:port", e.g. "127.0.0.1:7070"; "" disables; a non-loopback address is warned about at start
+	ChargeUnix  string `toml:"charge_unix" reload:"restart"` // Unix socket path of the charge socket, where a line "<n> <tag>" charges a cost known after the response; with unix_mode and unix_group; "" disables
+	ChargeTCP   string `toml:"charge_tcp" reload:"restart"`  // TCP "host:port" of the charge socket, e.g. "127.0.0.1:7073"; "" disables; a non-loopback address is warned about at start
+	MaxConns    int    `toml:"max_conns" reload:"restart"`   // most client connections open at once, on the query socket and on the charge socket each
+	MaxTagBytes int    `toml:"max_tag_bytes"`                // longer tags are keyed by a digest
 }
 
 // Limit is the default policy, applied to every tag that no [Policy] prefix
@@ -177,6 +180,8 @@ func Default() Config {
 			UnixMode:    "0660",                   // owner and group may connect
 			UnixGroup:   "",                       // keep the daemon's own group
 			TCP:         "",                       // no TCP listener
+			ChargeUnix:  "",                       // no charge socket
+			ChargeTCP:   "",                       // no charge socket over TCP
 			MaxConns:    protocol.DefaultMaxConns, // connections open at once
 			MaxTagBytes: 256,                      // longer tags are keyed by a digest
 		},

@@ -58,6 +58,8 @@ var rules = map[string]rule{
 	"listen.unix_mode":     {text: `3 or 4 octal digits, "0000" to "0777"`},
 	"listen.unix_group":    {text: "a group name"},
 	"listen.tcp":           {text: `"host:port" (an empty host listens on every interface, port 0 picks a free port)`},
+	"listen.charge_unix":   {text: fmt.Sprintf(`a path of at most %d bytes, no NUL; another socket than listen.unix, http.listen and spoe.listen`, maxUnixPath)},
+	"listen.charge_tcp":    {text: `"host:port"; another address than listen.tcp, admin.http, http.listen and spoe.listen`},
 	"listen.max_conns":     {span: &span{lo: 1, hi: maxMaxConns}},
 	"listen.max_tag_bytes": {span: &span{lo: minMaxTagBytes, hi: maxMaxTagBytes}},
 

@@ -1,8 +1,9 @@
 // Package decide names what the ways in that answer with a verdict (the
-// HTTP decision endpoint, the SPOE agent) ask the table through: one
-// interface, which *bucket.Table satisfies, so that each of them depends
-// on the question it asks rather than on the table, and tests hand them
-// fakes.
+// HTTP decision endpoint, the SPOE agent) ask the table through: an
+// interface per question, Decider for a query and Charger for a cost
+// paid after the response, which *bucket.Table satisfies, so that each of
+// them depends on the question it asks rather than on the table, and
+// tests hand them fakes.
 //
 // The line protocol asks another question (protocol.Decider): OK or NO for
 // one token, decided in batches, with nothing else to write back.
@@ -23,4 +24,16 @@ type Decider interface {
 	AllowN(now time.Time, tag []byte, n int) bucket.Verdict
 }
 
-var _ Decider = (*bucket.Table)(nil)
+// Charger takes a cost known only after the response (the tokens an
+// answer took, the rows a query read) from tag's bucket at now: n tokens,
+// whatever is left, into debt if need be, reported to the peers as n
+// hits. It refuses nothing and answers nothing. It must be safe for
+// concurrent use and must not retain tag after Charge returns.
+type Charger interface {
+	Charge(now time.Time, tag []byte, n uint32)
+}
+
+var (
+	_ Decider = (*bucket.Table)(nil)
+	_ Charger = (*bucket.Table)(nil)
+)

@@ -11,7 +11,7 @@ import (
 
 // Collector returns the endpoint's metrics, read at each scrape:
 //
-//	dthrottle_http_requests_total{result="allowed|refused|bad"}
+//	dthrottle_http_requests_total{result="allowed|refused|charged|bad"}
 //	dthrottle_http_connections                 gauge, connections open
 //	dthrottle_http_connections_rejected_total  refused over MaxConns
 //
@@ -22,7 +22,7 @@ func (s *Server) Collector() prometheus.Collector { return newCollector(s.Stats)
 // newCollector reads the counters from stats: the seam for tests.
 func newCollector(stats func() Stats) prometheus.Collector {
 	var (
-		requests    = metric.Counter("http_requests_total", "Requests to the HTTP decision endpoint, by result: allowed (2xx), refused, bad (4xx for their form).", "result")
+		requests    = metric.Counter("http_requests_total", "Requests to the HTTP decision endpoint, by result: allowed (2xx), refused, charged (POST /v1/charge, 204), bad (4xx for their form).", "result")
 		connections = metric.Gauge("http_connections", "HTTP decision endpoint connections open.")
 		rejected    = metric.Counter("http_connections_rejected_total", "HTTP decision endpoint connections refused because its max_conns were open: answered 503, or closed at once past 64 such answers in flight.")
 	)
@@ -31,6 +31,7 @@ func newCollector(stats func() Stats) prometheus.Collector {
 		st := stats()
 		emit(requests, float64(st.Allowed), "allowed")
 		emit(requests, float64(st.Refused), "refused")
+		emit(requests, float64(st.Charged), "charged")
 		emit(requests, float64(st.Bad), "bad")
 		emit(connections, float64(st.Active))
 		emit(rejected, float64(st.Rejected))

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"errors"
+	"math"
 	"strconv"
 
 	"github.com/dthrottle/dthrottle/bucket"
@@ -11,24 +12,61 @@ import (
 // configuration allows.
 const maxCost = bucket.MaxBurst
 
-// Errors of parseQuery, each answered 400 with its text.
+// Errors of parseQuery and parseCharge, each answered 400 with its text.
 var (
-	errNoTag    = errors.New("missing tag parameter")
-	errTwoTags  = errors.New("tag given twice")
-	errTwoCosts = errors.New("cost given twice")
-	errEscape   = errors.New("bad percent-encoding")
-	errBadCost  = errors.New("cost must be an integer from 1 to " + strconv.Itoa(maxCost))
+	errNoTag     = errors.New("missing tag parameter")
+	errTwoTags   = errors.New("tag given twice")
+	errTwoCosts  = errors.New("cost given twice")
+	errEscape    = errors.New("bad percent-encoding")
+	errBadCost   = errors.New("cost must be an integer from 1 to " + strconv.Itoa(maxCost))
+	errNoCharge  = errors.New("missing cost parameter: the tokens to charge")
+	errBadCharge = errors.New("cost must be an integer from 0 to " + strconv.FormatUint(math.MaxUint32, 10))
 )
 
-// parseQuery reads the tag and the cost from a raw query string, such as
-// "tag=1.2.3.4&cost=2", without allocating: the tag's bytes are decoded
-// (percent-escapes and '+' for a space, as in a form) and appended to
-// buf[:0], which is returned. Parameters are separated by '&'; others than
-// tag and cost are ignored; each of tag and cost may appear once. A
-// missing cost is 1. An empty tag is valid.
+// parseQuery reads the tag and the cost of GET /v1/allow from a raw query
+// string, such as "tag=1.2.3.4&cost=2", without allocating: the tag's
+// bytes are decoded (percent-escapes and '+' for a space, as in a form)
+// and appended to buf[:0], which is returned. Parameters are separated by
+// '&'; others than tag and cost are ignored; each of tag and cost may
+// appear once. A missing cost is 1. An empty tag is valid.
 func parseQuery(raw string, buf []byte) (tag []byte, cost int, err error) {
-	var haveTag, haveCost bool
-	cost = 1
+	tag, value, haveCost, err := scanQuery(raw, buf)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !haveCost {
+		return tag, 1, nil
+	}
+	n, err := strconv.Atoi(value)
+	if err != nil || n < 1 || n > maxCost {
+		return nil, 0, errBadCost
+	}
+	return tag, n, nil
+}
+
+// parseCharge reads the tag and the cost of POST /v1/charge as
+// parseQuery does, except that the cost is required and may be any
+// number of tokens from 0 to 2^32-1: a charge is never refused, so the
+// burst does not bound it.
+func parseCharge(raw string, buf []byte) (tag []byte, cost uint32, err error) {
+	tag, value, haveCost, err := scanQuery(raw, buf)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !haveCost {
+		return nil, 0, errNoCharge
+	}
+	n, err := strconv.ParseUint(value, 10, 32)
+	if err != nil {
+		return nil, 0, errBadCharge
+	}
+	return tag, uint32(n), nil
+}
+
+// scanQuery finds the tag and the cost in a raw query string: the tag
+// decoded into buf[:0], the cost's value as written.
+func scanQuery(raw string, buf []byte) (tag []byte, cost string, haveCost bool, err error) {
+	var haveTag bool
 	for raw != "" {
 		var pair string
 		pair, raw = cut(raw, '&')
@@ -36,28 +74,23 @@ func parseQuery(raw string, buf []byte) (tag []byte, cost int, err error) {
 		switch paramName(name) {
 		case "tag":
 			if haveTag {
-				return nil, 0, errTwoTags
+				return nil, "", false, errTwoTags
 			}
 			haveTag = true
 			if buf, err = unescape(buf[:0], value); err != nil {
-				return nil, 0, err
+				return nil, "", false, err
 			}
 		case "cost":
 			if haveCost {
-				return nil, 0, errTwoCosts
+				return nil, "", false, errTwoCosts
 			}
-			haveCost = true
-			n, err := strconv.Atoi(value)
-			if err != nil || n < 1 || n > maxCost {
-				return nil, 0, errBadCost
-			}
-			cost = n
+			cost, haveCost = value, true
 		}
 	}
 	if !haveTag {
-		return nil, 0, errNoTag
+		return nil, "", false, errNoTag
 	}
-	return buf, cost, nil
+	return buf, cost, haveCost, nil
 }
 
 // paramName returns name decoded when it decodes to "tag" or "cost",

@@ -7,11 +7,17 @@
 // for proxies' subrequests (nginx auth_request, Caddy forward_auth,
 // HAProxy), on a listener of its own, never the admin endpoint's.
 //
+// POST /v1/charge?tag=<tag>&cost=<n> charges a cost known only after the
+// response (an answer's tokens, a query's rows): n tokens taken from the
+// tag's bucket whatever is left, into debt if need be, answered 204 and
+// never refused.
+//
 // The package owns the endpoint's HTTP handling: parsing the request,
 // writing the answer, and the bad-input discipline (a URI over 8 KiB gets
 // 414, a request head over 12 KiB 431, a slow client's connection is
 // closed after a timeout, a connection over MaxConns gets 503). It decides
-// through a [decide.Decider] it is given, which *bucket.Table is.
+// through a [decide.Decider] it is given, and charges through a
+// [decide.Charger]; *bucket.Table is both.
 // Accepting connections, their limit and shutdown are package serve's, of
 // which a [Server] is made; net/http reads and writes each connection.
 package httpapi
@@ -57,6 +63,8 @@ type Config struct {
 	// longer to arrive; IdleTimeout one that sends no request for that
 	// long; WriteTimeout one whose answer cannot be written in time.
 	ReadHeaderTimeout, IdleTimeout, WriteTimeout time.Duration
+	// Charger takes POST /v1/charge; nil leaves that path unknown (404).
+	Charger decide.Charger
 	// Clock gives the time every decision is taken at; nil is time.Now.
 	Clock func() time.Time
 	// Logger receives connection-limit warnings (at most one a second),
@@ -72,6 +80,7 @@ type Stats struct {
 	Allowed     uint64 // requests served (2xx), dry runs included
 	Refused     uint64 // requests refused (the refusal status)
 	DryRun      uint64 // of Allowed, those a dry-run policy would have refused
+	Charged     uint64 // charges applied (POST /v1/charge answered 204)
 	Bad         uint64 // requests answered 4xx for their form (400, 404, 405, 414)
 }
 
@@ -81,17 +90,18 @@ type Stats struct {
 type Server struct {
 	*serve.Server
 	decide decide.Decider
+	charge decide.Charger // nil: POST /v1/charge is off
 	now    func() time.Time
 	refuse atomic.Int64
 	bufs   sync.Pool // *[]byte, for the tag and the header values
 
-	allowed, refused, dryRun, bad atomic.Uint64
+	allowed, refused, dryRun, charged, bad atomic.Uint64
 }
 
-// New returns a Server that decides through d. It serves nothing until
-// Serve.
+// New returns a Server that decides through d, and charges through
+// cfg.Charger when it is set. It serves nothing until Serve.
 func New(d decide.Decider, cfg Config) *Server {
-	s := &Server{decide: d, now: cfg.Clock}
+	s := &Server{decide: d, charge: cfg.Charger, now: cfg.Clock}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -136,7 +146,7 @@ func (s *Server) SetRefuseStatus(code int) {
 // Stats returns the counters.
 func (s *Server) Stats() Stats {
 	return Stats{Stats: s.Server.Stats(),
-		Allowed: s.allowed.Load(), Refused: s.refused.Load(), DryRun: s.dryRun.Load(), Bad: s.bad.Load()}
+		Allowed: s.allowed.Load(), Refused: s.refused.Load(), DryRun: s.dryRun.Load(), Charged: s.charged.Load(), Bad: s.bad.Load()}
 }
 
 // Shared header values, never modified.
@@ -145,6 +155,7 @@ var (
 	noStore   = []string{"no-store"}
 	length3   = []string{"3"}
 	getHead   = []string{"GET, HEAD"}
+	post      = []string{"POST"}
 	dryServed = []string{"served"}
 	dryRefuse = []string{"refused"}
 )
@@ -154,7 +165,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h["Cache-Control"] = noStore
 	switch {
-	case r.URL.Path != "/v1/allow":
+	case r.URL.Path == pathCharge && s.charge != nil:
+		s.serveCharge(w, r)
+		return
+	case r.URL.Path != pathAllow:
+		if s.charge != nil {
+			s.fail(w, http.StatusNotFound, "not found: the endpoint is GET /v1/allow?tag= and POST /v1/charge?tag=&cost=")
+			return
+		}
 		s.fail(w, http.StatusNotFound, "not found: the endpoint is GET /v1/allow?tag=")
 		return
 	case r.Method != http.MethodGet && r.Method != http.MethodHead:
@@ -214,6 +232,38 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 var okBody, noBody = []byte("OK\n"), []byte("NO\n")
+
+// The endpoint's paths.
+const (
+	pathAllow  = "/v1/allow"
+	pathCharge = "/v1/charge"
+)
+
+// serveCharge answers POST /v1/charge?tag=&cost=: the cost is taken from
+// the tag's bucket, whatever it holds, and the answer is 204, with no
+// body, whatever the bucket's level. The request's body is not read.
+func (s *Server) serveCharge(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method != http.MethodPost:
+		w.Header()["Allow"] = post
+		s.fail(w, http.StatusMethodNotAllowed, "method not allowed: POST")
+		return
+	case len(r.RequestURI) > maxURI:
+		s.fail(w, http.StatusRequestURITooLong, "URI too long: at most 8 KiB")
+		return
+	}
+	bp := s.bufs.Get().(*[]byte)
+	defer s.bufs.Put(bp)
+	tag, cost, err := parseCharge(r.URL.RawQuery, *bp)
+	if err != nil {
+		s.fail(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	s.charge.Charge(s.now(), tag, cost)
+	*bp = tag[:0]
+	s.charged.Add(1)
+	w.WriteHeader(http.StatusNoContent)
+}
 
 // fail answers a request the endpoint cannot decide, with a reason.
 func (s *Server) fail(w http.ResponseWriter, code int, msg string) {

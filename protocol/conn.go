@@ -27,6 +27,7 @@ type conn struct {
 	nc      net.Conn
 	decider Decider
 	batch   *batcher // nil unless decider is a BatchDecider
+	charge  Charger  // set: lines are charges, not queries (charge.go)
 	maxLine int
 	now     func() time.Time
 	log     *slog.Logger
@@ -104,15 +105,21 @@ func (c *conn) serve() {
 // pending. It reports false if a write failed.
 func (c *conn) answer(now time.Time) bool {
 	for {
-		var consumed, lines int
-		if c.batch != nil {
+		var consumed, lines, bad int
+		switch {
+		case c.batch != nil:
 			c.out, consumed, lines = c.batch.answer(c.out, c.buf[c.r:c.w], now, outFlush)
-		} else {
+		case c.charge != nil:
+			c.out, consumed, lines, bad = answerCharges(c.out, c.buf[c.r:c.w], now, c.charge, outFlush)
+		default:
 			c.out, consumed, lines = answerLines(c.out, c.buf[c.r:c.w], now, c.decider, outFlush)
 		}
 		c.r += consumed
 		if lines > 0 {
 			c.queries.Store(c.queries.Load() + uint64(lines))
+		}
+		if bad > 0 {
+			c.stats.bad.Add(uint64(bad)) // after the lines: ChargeServer.Stats reads it first
 		}
 		if len(c.out) < outFlush {
 			break
@@ -133,10 +140,18 @@ func (c *conn) answer(now time.Time) bool {
 // and writes the pending replies. End of input terminates that line.
 func (c *conn) answerLast() {
 	if c.w > c.r {
-		tag := trimCR(c.buf[c.r:c.w])
-		c.out = appendReply(c.out, decide(c.decider, c.now(), tag))
+		line := trimCR(c.buf[c.r:c.w])
+		ok := true
+		if c.charge != nil {
+			c.out, ok = charge(c.out, c.charge, c.now(), line)
+		} else {
+			c.out = appendReply(c.out, decide(c.decider, c.now(), line))
+		}
 		c.r = c.w
 		c.queries.Store(c.queries.Load() + 1)
+		if !ok {
+			c.stats.bad.Add(1) // after the line: ChargeServer.Stats reads it first
+		}
 	}
 	c.flush()
 }

@@ -55,6 +55,21 @@
 // connections are counted in [Stats].Rejected and logged at Warn at most once
 // a second.
 //
+// # Charges
+//
+// A [ChargeServer] speaks the charge form of the protocol on a socket of
+// its own: each request line is "<n> <tag>", n a count of tokens in
+// decimal from 0 to 4294967295, one space, then the tag's bytes, opaque as
+// on the query socket. The reply is "OK\n" once the [Charger] has taken
+// the n tokens, whatever the bucket held, or "BAD\n" for a line of any
+// other form, an empty one included: exactly one reply per line, in
+// order. A charge with an empty tag is answered OK without consulting the
+// Charger. Everything else (the line cap, batching of replies, end of
+// input, the connection limit, shutdown) is as on the query socket. The
+// charge form cannot share the query socket: a query line is a tag and
+// nothing else, so any marker of a charge would take over some tag's
+// meaning.
+//
 // # Shutdown
 //
 // [Server.Shutdown] closes the listeners, then interrupts every connection's

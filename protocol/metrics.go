@@ -6,7 +6,8 @@ import (
 	"github.com/dthrottle/dthrottle/internal/metric"
 )
 
-// This file owns the query socket's metric families, read from Stats.
+// This file owns the metric families of the query socket, read from
+// Stats, and of the charge socket, read from ChargeStats.
 
 // Collector returns the server's metrics, read at each scrape:
 //
@@ -32,6 +33,40 @@ func newCollector(stats func() Stats) prometheus.Collector {
 	return metric.NewCollector(families, func(emit metric.Emit) {
 		st := stats()
 		emit(requests, float64(st.Queries))
+		emit(linesTooLong, float64(st.LineTooLong))
+		emit(connections, float64(st.Active))
+		emit(accepted, float64(st.Accepted))
+		emit(rejected, float64(st.Rejected))
+	})
+}
+
+// Collector returns the charge socket's metrics, read at each scrape:
+//
+//	dthrottle_charge_lines_total{result="ok|bad"}    charge lines answered
+//	dthrottle_charge_lines_too_long_total            connections closed for a line over MaxLine
+//	dthrottle_charge_connections                     gauge, connections being served
+//	dthrottle_charge_connections_accepted_total
+//	dthrottle_charge_connections_rejected_total      closed on arrival over MaxConns
+//
+// The tokens charged are the table's (dthrottle_policy_charged_tokens_total).
+// It is safe for concurrent use. The daemon registers it only while the
+// charge socket is on.
+func (s *ChargeServer) Collector() prometheus.Collector { return newChargeCollector(s.Stats) }
+
+// newChargeCollector reads the counters from stats: the seam for tests.
+func newChargeCollector(stats func() ChargeStats) prometheus.Collector {
+	var (
+		lines        = metric.Counter("charge_lines_total", "Lines answered on the charge socket, by result: ok (charged), bad (malformed).", "result")
+		linesTooLong = metric.Counter("charge_lines_too_long_total", "Charge connections closed for a line over the 64 KiB hard cap.")
+		connections  = metric.Gauge("charge_connections", "Charge connections being served.")
+		accepted     = metric.Counter("charge_connections_accepted_total", "Charge connections taken into service.")
+		rejected     = metric.Counter("charge_connections_rejected_total", "Charge connections closed on arrival because max_conns were being served.")
+	)
+	families := []metric.Family{lines, linesTooLong, connections, accepted, rejected}
+	return metric.NewCollector(families, func(emit metric.Emit) {
+		st := stats()
+		emit(lines, float64(st.Charged), "ok")
+		emit(lines, float64(st.Bad), "bad")
 		emit(linesTooLong, float64(st.LineTooLong))
 		emit(connections, float64(st.Active))
 		emit(accepted, float64(st.Accepted))

@@ -61,6 +61,7 @@ type Stats struct {
 // that ended.
 type counters struct {
 	closedQueries, lineTooLong atomic.Uint64
+	bad                        atomic.Uint64 // charge lines answered BAD (charge.go)
 }
 
 // Server serves the line protocol on any number of listeners: a
@@ -108,10 +109,12 @@ func (s *Server) Stats() Stats {
 }
 
 // handler speaks the line protocol on each connection a serve.Server
-// hands it. It is safe for concurrent use.
+// hands it: queries through decider, or charges through charger when it
+// is set. It is safe for concurrent use.
 type handler struct {
 	decider Decider
-	maxLine int // MaxLine; tests lower it
+	charger Charger // set: the charge form (charge.go)
+	maxLine int     // MaxLine; tests lower it
 	now     func() time.Time
 	log     *slog.Logger
 	stats   counters
@@ -125,6 +128,7 @@ type handler struct {
 // lines already read are answered.
 func (h *handler) ServeConn(ctx context.Context, nc net.Conn) {
 	c := newConn(nc, h.decider, h.maxLine, h.now, &h.stats, h.log)
+	c.charge = h.charger
 	h.mu.Lock()
 	h.conns[c] = struct{}{}
 	h.mu.Unlock()

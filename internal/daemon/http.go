@@ -12,7 +12,8 @@ import (
 const wayHTTP = "http endpoint"
 
 // openHTTP opens the HTTP decision endpoint when http.listen is set; it
-// answers from the daemon's table once Run serves it. A Unix socket takes
+// answers from, and charges POST /v1/charge to, the daemon's table once
+// Run serves it. A Unix socket takes
 // listen.unix_mode and listen.unix_group. http.refuse_status changes on
 // reload.
 func (d *Daemon) openHTTP(cfg config.Config) (*way, error) {
@@ -25,7 +26,7 @@ func (d *Daemon) openHTTP(cfg config.Config) (*way, error) {
 		return nil, err
 	}
 	srv := httpapi.New(d.table, httpapi.Config{MaxConns: cfg.HTTP.MaxConns, RefuseStatus: cfg.HTTP.RefuseStatus,
-		Clock: d.now, Logger: d.log})
+		Charger: d.table, Clock: d.now, Logger: d.log})
 	w.srv = srv.Server
 	w.reload = func(next config.Config) { srv.SetRefuseStatus(next.HTTP.RefuseStatus) }
 	w.stats = func(s *admin.Snapshot) {
