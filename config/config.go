@@ -46,6 +46,7 @@ type Config struct {
 	Admin  Admin    `toml:"admin"`  // the HTTP admin endpoint
 	HTTP   HTTP     `toml:"http"`   // the HTTP decision endpoint
 	SPOE   SPOE     `toml:"spoe"`   // the agent for HAProxy's SPOE
+	RLS    RLS      `toml:"rls"`    // the rate limit service for Envoy
 	Log    Log      `toml:"log"`    // what the daemon logs, and how
 	State  State    `toml:"state"`  // the table kept across restarts
 }
@@ -220,6 +221,12 @@ func Default() Config {
 		SPOE: SPOE{
 			Listen:   "",                   // no SPOE agent
 			MaxConns: spoe.DefaultMaxConns, // HAProxy opens a few per thread
+		},
+		RLS: RLS{
+			Listen:    "",                 // no rate limit service
+			MaxConns:  1024,               // Envoy opens one or a few per worker thread (rls.DefaultMaxConns)
+			Unmatched: UnmatchedLimit,     // under [limit], as every tag
+			ChargeKey: "dthrottle_charge", // rls.DefaultChargeKey
 		},
 		Log: Log{
 			Format: "text", // key=value lines

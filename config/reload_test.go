@@ -29,6 +29,8 @@ var liveKeys = map[string]string{
 	"relay.hold":           "relay.go: reloadRelay, node.SetRelay(relayConfig(next))",
 	"relay.peers":          "relay.go: reloadRelay, link.SetPeers on a relay that started as one",
 	"http.refuse_status":   "reload.go: SetRefuseStatus",
+	"rls.unmatched":        "rls.go: SetOptions",
+	"rls.charge_key":       "rls.go: SetOptions",
 	"log.level":            "reload.go: d.level.Set",
 	"state.file":           "daemon.go: Close saves to the running config's state.file",
 }

@@ -100,6 +100,11 @@ var rules = map[string]rule{
 	"spoe.listen":    {text: fmt.Sprintf(`"host:port", or "unix:/path" with a path of at most %d bytes; another address than admin.http, http.listen and listen.tcp, another socket than listen.unix and http.listen`, maxUnixPath)},
 	"spoe.max_conns": {span: &span{lo: 1, hi: maxSPOEConns}},
 
+	"rls.listen":     {text: fmt.Sprintf(`"host:port", or "unix:/path" with a path of at most %d bytes; another address or socket than every other listener's (listen.unix, listen.tcp, listen.charge_unix, listen.charge_tcp, admin.http, http.listen, spoe.listen)`, maxUnixPath)},
+	"rls.max_conns":  {span: &span{lo: 1, hi: maxRLSConns}},
+	"rls.unmatched":  {choice: &choice{values: []string{UnmatchedLimit, UnmatchedOK}}},
+	"rls.charge_key": {text: fmt.Sprintf("at most %d bytes", maxRLSChargeKey)},
+
 	"log.format": {choice: &choice{values: []string{"text", "json"}}},
 	"log.level":  {choice: &choice{values: []string{"debug", "info", "warn", "error"}, oneOf: true}},
 

@@ -32,6 +32,7 @@ import (
 
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/decide"
+	"github.com/dthrottle/dthrottle/rlheader"
 	"github.com/dthrottle/dthrottle/serve"
 )
 
@@ -198,19 +199,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b := tag[len(tag):] // header values go after the tag in the same buffer
 	if v.Policy.Action == bucket.Limit && v.Policy.Name != "" {
 		n := len(b)
-		b = AppendPolicy(b, v.Policy)
-		h[hdrPolicy] = []string{string(b[n:])}
+		b = rlheader.AppendPolicy(b, v.Policy)
+		h[rlheader.FieldPolicy] = []string{string(b[n:])}
 		n = len(b)
-		b = AppendRateLimit(b, v)
-		h[hdrRateLimit] = []string{string(b[n:])}
-		if s, ok := RetryAfter(v); ok {
-			h[hdrRetryAfter] = []string{strconv.FormatInt(s, 10)}
+		b = rlheader.AppendRateLimit(b, v)
+		h[rlheader.FieldRateLimit] = []string{string(b[n:])}
+		if s, ok := rlheader.RetryAfter(v); ok {
+			h[rlheader.FieldRetryAfter] = []string{strconv.FormatInt(s, 10)}
 		}
 	}
 	if v.Policy.DryRun {
-		h[hdrDryRun] = dryServed
+		h[rlheader.FieldDryRun] = dryServed
 		if v.WouldRefuse {
-			h[hdrDryRun] = dryRefuse
+			h[rlheader.FieldDryRun] = dryRefuse
 			s.dryRun.Add(1)
 		}
 	}

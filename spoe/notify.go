@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
-	"github.com/dthrottle/dthrottle/httpapi"
+	"github.com/dthrottle/dthrottle/rlheader"
 )
 
 // The variables an ACK sets, in the transaction's scope, for each message
@@ -126,11 +126,11 @@ func (c *conn) actions(b []byte, v bucket.Verdict) []byte {
 	}
 	b = appendSetInt(b, varAllowed, allowedValue(v))
 	if v.Policy.Action == bucket.Limit && v.Policy.Name != "" {
-		c.val = httpapi.AppendPolicy(c.val[:0], v.Policy)
+		c.val = rlheader.AppendPolicy(c.val[:0], v.Policy)
 		b = appendSetString(b, varPolicy, c.val)
-		c.val = httpapi.AppendRateLimit(c.val[:0], v)
+		c.val = rlheader.AppendRateLimit(c.val[:0], v)
 		b = appendSetString(b, varRateLimit, c.val)
-		if s, ok := httpapi.RetryAfter(v); ok {
+		if s, ok := rlheader.RetryAfter(v); ok {
 			b = appendSetInt(b, varRetryAfter, int32(min(s, math.MaxInt32)))
 		}
 	}

@@ -23,6 +23,7 @@ var ways = []func(d *Daemon, cfg config.Config) (*way, error){
 	(*Daemon).openHTTP,   // http.go: the HTTP decision endpoint on http.listen
 	(*Daemon).openSPOE,   // spoe.go: the SPOE agent on spoe.listen
 	(*Daemon).openCharge, // charge.go: the line protocol's charge form on listen.charge_unix and listen.charge_tcp
+	(*Daemon).openRLS,    // rls.go: the rate limit service for Envoy on rls.listen
 }
 
 // way is one way in while the daemon runs: its server, the listeners it

@@ -1,4 +1,14 @@
-package httpapi
+// Package rlheader writes a decision as the header fields a client is
+// told it by: RateLimit-Policy and RateLimit, as
+// draft-ietf-httpapi-ratelimit-headers-10 defines them (each a list of
+// items, the policy's name as a structured-field string with
+// parameters), and Retry-After on a refusal. The HTTP decision endpoint
+// sets them on its answers, the SPOE agent hands their values to HAProxy,
+// and the rate limit service for Envoy has Envoy add them to its
+// responses, so every way in states a verdict alike.
+//
+// The functions append to a caller's buffer and allocate nothing.
+package rlheader
 
 import (
 	"math"
@@ -8,20 +18,19 @@ import (
 	"github.com/dthrottle/dthrottle/bucket"
 )
 
-// The header fields of an answer. RateLimit-Policy and RateLimit follow
-// draft-ietf-httpapi-ratelimit-headers-10: each a list of one item, the
-// policy's name as a structured-field string, with parameters.
-// They are set in the header map as written here, not canonicalised
-// ("Ratelimit"), so they go out as the draft spells them; field names are
-// case-insensitive either way.
+// The header fields' names, as the draft spells them, and the one that
+// says what a dry run decided. The HTTP decision endpoint sets them in
+// its header map as written here, not canonicalised ("Ratelimit"), so
+// they go out as the draft spells them; field names are case-insensitive
+// either way.
 const (
-	hdrPolicy     = "RateLimit-Policy"
-	hdrRateLimit  = "RateLimit"
-	hdrRetryAfter = "Retry-After"
-	hdrDryRun     = "DThrottle-Dry-Run"
+	FieldPolicy     = "RateLimit-Policy"
+	FieldRateLimit  = "RateLimit"
+	FieldRetryAfter = "Retry-After"
+	FieldDryRun     = "DThrottle-Dry-Run"
 )
 
-// AppendPolicy appends the RateLimit-Policy value of a limit policy:
+// AppendPolicy appends the RateLimit-Policy item of a limit policy:
 // `"name";q=<burst>;w=<seconds>`, its quota the bucket's burst and its
 // window the time the bucket takes to refill from empty (Policy.Refill),
 // rounded up to a whole second.
@@ -33,7 +42,7 @@ func AppendPolicy(b []byte, p bucket.Policy) []byte {
 	return strconv.AppendInt(b, ceilSeconds(p.Refill().Seconds()), 10)
 }
 
-// AppendRateLimit appends the RateLimit value of a verdict:
+// AppendRateLimit appends the RateLimit item of a verdict:
 // `"name";r=<remaining>;t=<seconds>`, remaining the whole tokens left in
 // the bucket (0 in debt), and t the seconds until the bucket is full
 // again, rounded up.
@@ -42,7 +51,7 @@ func AppendRateLimit(b []byte, v bucket.Verdict) []byte {
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, int64(max(math.Floor(v.Tokens), 0)), 10)
 	b = append(b, ";t="...)
-	return strconv.AppendInt(b, ceilDuration(v.Full), 10)
+	return strconv.AppendInt(b, CeilSeconds(v.Full), 10)
 }
 
 // RetryAfter is the Retry-After value of a refusal: the whole seconds,
@@ -53,7 +62,19 @@ func RetryAfter(v bucket.Verdict) (seconds int64, ok bool) {
 	if v.Allowed || v.Wait >= time.Duration(math.MaxInt64) {
 		return 0, false
 	}
-	return max(ceilDuration(v.Wait), 1), true
+	return max(CeilSeconds(v.Wait), 1), true
+}
+
+// CeilSeconds is d in whole seconds, rounded up; 0 for d <= 0.
+func CeilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
 }
 
 // appendSFString appends s as a structured-field string (RFC 9651):
@@ -72,18 +93,6 @@ func appendSFString(b []byte, s string) []byte {
 		}
 	}
 	return append(b, '"')
-}
-
-// ceilDuration is d in whole seconds, rounded up.
-func ceilDuration(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
 }
 
 // ceilSeconds is s rounded up to a whole second, at least 1 and at most

@@ -1,0 +1,128 @@
+package rls
+
+import (
+	"context"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/tap"
+)
+
+// connHandler hands each connection a serve.Server accepts to one gRPC
+// server, through a listener of its own, and holds the connection's
+// goroutine until the gRPC server closes it, so that the connection
+// keeps its place under MaxConns meanwhile. When the connections' context
+// ends (the stop began), it turns the health service to NOT_SERVING and
+// stops the gRPC server gracefully: every connection is sent GOAWAY, the
+// requests in progress are answered, then the connections are closed. It
+// is safe for concurrent use.
+type connHandler struct {
+	srv   *grpc.Server
+	ln    *handoff
+	stop  func() // called once the stop begins, before the gRPC server stops
+	start sync.Once
+}
+
+func newConnHandler(srv *grpc.Server, stop func()) *connHandler {
+	return &connHandler{srv: srv, ln: newHandoff(), stop: stop}
+}
+
+// ServeConn has the gRPC server serve nc, and returns once nc is closed.
+func (h *connHandler) ServeConn(ctx context.Context, nc net.Conn) {
+	h.start.Do(func() {
+		go h.srv.Serve(h.ln) // returns once GracefulStop closes ln
+		context.AfterFunc(ctx, func() {
+			h.stop()
+			h.srv.GracefulStop()
+		})
+	})
+	c := &handedConn{Conn: nc, closed: make(chan struct{})}
+	if !h.ln.hand(c) {
+		return // stopped
+	}
+	<-c.closed
+}
+
+// handoff is a net.Listener whose Accept returns the connections handed
+// to it. It is safe for concurrent use.
+type handoff struct {
+	conns chan net.Conn
+	done  chan struct{} // closed by Close
+	once  sync.Once
+}
+
+func newHandoff() *handoff {
+	return &handoff{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+// hand passes c to Accept, reporting false if the listener is closed.
+func (l *handoff) hand(c net.Conn) bool {
+	select {
+	case l.conns <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+func (l *handoff) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handoff) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+// Addr is the address of no socket: the connections come from the
+// listeners of a serve.Server.
+func (l *handoff) Addr() net.Addr { return handoffAddr{} }
+
+type handoffAddr struct{}
+
+func (handoffAddr) Network() string { return "handoff" }
+func (handoffAddr) String() string  { return "handoff" }
+
+// handedConn tells the connection's goroutine when the gRPC server closes
+// it. Like the accepted connection it stands for, it offers net.Conn's
+// methods only.
+type handedConn struct {
+	net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (c *handedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { close(c.closed) })
+	return err
+}
+
+// watchMethod is the health service's one long-lived call.
+const watchMethod = "/grpc.health.v1.Health/Watch"
+
+// tap runs as each request's stream opens, before its message is read:
+// it gives the stream a deadline of RequestTimeout, unless the client's
+// own is sooner, so that a request whose message never arrives in full is
+// answered DEADLINE_EXCEEDED and its memory freed. A health watch, which
+// lasts, has none. (The gRPC server reads a request's message under the
+// context this returns; the deadline's timer ends with the stream, whose
+// own context is its parent.)
+func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if info.FullMethodName == watchMethod {
+		return ctx, nil
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.timeout {
+		return ctx, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	_ = cancel // the stream's context, ctx's parent, is cancelled when the stream ends
+	return ctx, nil
+}

@@ -1,0 +1,46 @@
+package rls
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dthrottle/dthrottle/internal/metric"
+)
+
+// This file owns the rate limit service's metric families, read from
+// Stats.
+
+// Collector returns the service's metrics, read at each scrape:
+//
+//	dthrottle_rls_requests_total{result="ok|over_limit|bad"}
+//	dthrottle_rls_descriptors_total{result="ok|over_limit|charged"}
+//	dthrottle_rls_connections                 gauge, connections open
+//	dthrottle_rls_connections_accepted_total
+//	dthrottle_rls_connections_rejected_total  closed over MaxConns
+//
+// It is safe for concurrent use. The daemon registers it only while the
+// service is on, so that a service turned off exports no series.
+func (s *Server) Collector() prometheus.Collector { return newCollector(s.Stats) }
+
+// newCollector reads the counters from stats: the seam for tests.
+func newCollector(stats func() Stats) prometheus.Collector {
+	var (
+		requests    = metric.Counter("rls_requests_total", "ShouldRateLimit requests to the rate limit service, by result: ok, over_limit, bad (answered INVALID_ARGUMENT). Requests the gRPC server refuses before they are read (too large, not received in time) are not counted.", "result")
+		descriptors = metric.Counter("rls_descriptors_total", "Descriptors of the rate limit service's answered requests, by their status: ok, over_limit, charged (a charge applied).", "result")
+		connections = metric.Gauge("rls_connections", "Rate limit service connections open.")
+		accepted    = metric.Counter("rls_connections_accepted_total", "Rate limit service connections taken into service.")
+		rejected    = metric.Counter("rls_connections_rejected_total", "Rate limit service connections closed at once because its max_conns were open.")
+	)
+	families := []metric.Family{requests, descriptors, connections, accepted, rejected}
+	return metric.NewCollector(families, func(emit metric.Emit) {
+		s := stats()
+		emit(requests, float64(s.OK), "ok")
+		emit(requests, float64(s.OverLimit), "over_limit")
+		emit(requests, float64(s.Bad), "bad")
+		emit(descriptors, float64(s.DescriptorsOK), "ok")
+		emit(descriptors, float64(s.DescriptorsOverLimit), "over_limit")
+		emit(descriptors, float64(s.Charges), "charged")
+		emit(connections, float64(s.Active))
+		emit(accepted, float64(s.Accepted))
+		emit(rejected, float64(s.Rejected))
+	})
+}
