@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"sync"
+
+	"github.com/dthrottle/dthrottle/serve"
 )
 
 // busy is the whole answer to a connection over MaxConns.
@@ -20,12 +22,12 @@ var busy = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain;
 // being written. It is safe for concurrent use.
 type connHandler struct {
 	srv   *http.Server
-	ln    *handoff
+	ln    *serve.Handoff
 	start sync.Once // serves ln, once the first connection comes
 }
 
 func newConnHandler(srv *http.Server) *connHandler {
-	return &connHandler{srv: srv, ln: newHandoff()}
+	return &connHandler{srv: srv, ln: serve.NewHandoff()}
 }
 
 // ServeConn has net/http serve nc, and returns once nc is closed.
@@ -35,69 +37,5 @@ func (h *connHandler) ServeConn(ctx context.Context, nc net.Conn) {
 		// Serve returns http.ErrServerClosed once Shutdown closes ln.
 		context.AfterFunc(ctx, func() { h.srv.Shutdown(context.Background()) })
 	})
-	c := &handedConn{Conn: nc, closed: make(chan struct{})}
-	if !h.ln.hand(c) {
-		return // shut down
-	}
-	<-c.closed
-}
-
-// handoff is a net.Listener whose Accept returns the connections handed
-// to it. It is safe for concurrent use.
-type handoff struct {
-	conns chan net.Conn
-	done  chan struct{} // closed by Close
-	once  sync.Once
-}
-
-func newHandoff() *handoff {
-	return &handoff{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-// hand passes c to Accept, reporting false if the listener is closed.
-func (l *handoff) hand(c net.Conn) bool {
-	select {
-	case l.conns <- c:
-		return true
-	case <-l.done:
-		return false
-	}
-}
-
-func (l *handoff) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *handoff) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-// Addr is the address of no socket: the connections come from the
-// listeners of a serve.Server.
-func (l *handoff) Addr() net.Addr { return handoffAddr{} }
-
-type handoffAddr struct{}
-
-func (handoffAddr) Network() string { return "handoff" }
-func (handoffAddr) String() string  { return "handoff" }
-
-// handedConn tells the connection's goroutine when net/http closes it.
-// Like the accepted connection it stands for, it offers net.Conn's
-// methods only.
-type handedConn struct {
-	net.Conn
-	closed chan struct{}
-	once   sync.Once
-}
-
-func (c *handedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() { close(c.closed) })
-	return err
+	h.ln.Serve(nc)
 }

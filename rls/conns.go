@@ -8,6 +8,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/tap"
+
+	"github.com/dthrottle/dthrottle/serve"
 )
 
 // connHandler hands each connection a serve.Server accepts to one gRPC
@@ -20,13 +22,13 @@ import (
 // is safe for concurrent use.
 type connHandler struct {
 	srv   *grpc.Server
-	ln    *handoff
+	ln    *serve.Handoff
 	stop  func() // called once the stop begins, before the gRPC server stops
 	start sync.Once
 }
 
 func newConnHandler(srv *grpc.Server, stop func()) *connHandler {
-	return &connHandler{srv: srv, ln: newHandoff(), stop: stop}
+	return &connHandler{srv: srv, ln: serve.NewHandoff(), stop: stop}
 }
 
 // ServeConn has the gRPC server serve nc, and returns once nc is closed.
@@ -38,71 +40,7 @@ func (h *connHandler) ServeConn(ctx context.Context, nc net.Conn) {
 			h.srv.GracefulStop()
 		})
 	})
-	c := &handedConn{Conn: nc, closed: make(chan struct{})}
-	if !h.ln.hand(c) {
-		return // stopped
-	}
-	<-c.closed
-}
-
-// handoff is a net.Listener whose Accept returns the connections handed
-// to it. It is safe for concurrent use.
-type handoff struct {
-	conns chan net.Conn
-	done  chan struct{} // closed by Close
-	once  sync.Once
-}
-
-func newHandoff() *handoff {
-	return &handoff{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-// hand passes c to Accept, reporting false if the listener is closed.
-func (l *handoff) hand(c net.Conn) bool {
-	select {
-	case l.conns <- c:
-		return true
-	case <-l.done:
-		return false
-	}
-}
-
-func (l *handoff) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *handoff) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-// Addr is the address of no socket: the connections come from the
-// listeners of a serve.Server.
-func (l *handoff) Addr() net.Addr { return handoffAddr{} }
-
-type handoffAddr struct{}
-
-func (handoffAddr) Network() string { return "handoff" }
-func (handoffAddr) String() string  { return "handoff" }
-
-// handedConn tells the connection's goroutine when the gRPC server closes
-// it. Like the accepted connection it stands for, it offers net.Conn's
-// methods only.
-type handedConn struct {
-	net.Conn
-	closed chan struct{}
-	once   sync.Once
-}
-
-func (c *handedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() { close(c.closed) })
-	return err
+	h.ln.Serve(nc)
 }
 
 // watchMethod is the health service's one long-lived call.
