@@ -14,7 +14,9 @@
 // echo server it starts itself as a child process: every scenario three
 // times, the systems interleaved, then prints medians and ratios as a
 // Markdown table. echo serves the echo server alone; flood sends millions
-// of distinct tags and prints the daemon's resident memory as it goes.
+// of distinct tags and prints the daemon's resident memory as it goes; rls
+// calls a rate limit service (Envoy's ShouldRateLimit over gRPC) with
+// many calls in flight on one connection (bench/rls.sh).
 package main
 
 import (
@@ -36,7 +38,7 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: dthrottle-load run|compare|flood|echo [flags] (-h for each)")
+		fmt.Fprintln(stderr, "usage: dthrottle-load run|compare|flood|echo|rls [flags] (-h for each)")
 		return 2
 	}
 	var err error
@@ -49,6 +51,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdFlood(args[1:], stdout, stderr)
 	case "echo":
 		err = cmdEcho(args[1:], stderr)
+	case "rls":
+		err = cmdRLS(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "dthrottle-load: unknown command %q\n", args[0])
 		return 2
