@@ -41,7 +41,9 @@ type shardFields struct {
 
 	refusals  []refusalSketch // per policy refusing since the last harvest (top.go)
 	nRefusals int             // refusals[:nRefusals] are in use
-	untracked uint64          // refusals past refusalPolicies policies
+	untracked uint64          // refusals past refusalPolicies policies, or of records gone
+	counted   []refusalCount  // refused records and their counts (top.go); nil until a refusal
+	nCounted  int             // slots of counted in use
 }
 
 // shardCounts counts the queries a limit policy answered in one shard.
@@ -87,7 +89,7 @@ func (s *shard) allow(now int64, h uint64, key []byte, pi int) bool {
 	r := s.arena.rec(ref)
 	tat := max(r.tat(), now)
 	if tat-now > p.allowAt {
-		s.refused(pi, h, key)
+		s.refusedRec(pi, h, key, ref)
 		if p.DryRun {
 			return s.dryRun(pi)
 		}

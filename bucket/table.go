@@ -207,6 +207,7 @@ func (t *Table) Reconfigure(now time.Time, cfg Config) error {
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
+		s.flushCounted() // under the policies the records' indexes refer to
 		s.reconfigure(s.advance(ns), set, shardCapacity(cfg.MaxTags, len(t.shards), i))
 		s.remapRefusals(set, byName)
 		s.mu.Unlock()

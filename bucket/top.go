@@ -1,31 +1,37 @@
 package bucket
 
 import (
+	"hash/maphash"
+
 	"github.com/dthrottle/dthrottle/topk"
 )
 
 // This file owns the refusals' side of "who is throttled": each shard
-// counts the keys it refuses, per policy, in small heavy-hitter sketches
-// (package topk), under the lock the decision already holds and with the
-// hash it already computed, and TakeRefusals harvests them once per
-// interval. The served side needs no counting here: served hits are
-// drained for the peers anyway (Drain), and PolicyName attributes them.
+// counts the records it refuses, exactly, in a table of its own (a probe
+// and an increment under the lock the decision already holds, with the
+// hash it already computed), and moves them, each with its count, into
+// small heavy-hitter sketches per policy (package topk) when
+// TakeRefusals harvests them once per interval; past the table's room,
+// a refusal goes to the sketch at once. The served side needs no counting
+// here: served hits are drained for the peers anyway (Drain), and
+// PolicyName attributes them.
 //
-// Memory: a shard makes a sketch the first time a policy refuses in it,
-// and keeps it for reuse once harvested; at most refusalPolicies
-// sketches per shard, each of refusalK counters and refusalFilter filter
-// counters (a filtered sketch: the many light keys of a flood cost a
-// probe and an increment, not a counter taken over). So at most
-// Shards() × min(policies that refuse, refusalPolicies) sketches of
-// about 8 KiB with keys of 20 bytes (64 × 16 = 1,024 at most: 8 MiB;
-// two policies refusing on 64 shards: 1 MiB), whatever the number of
-// tags.
+// Memory: a shard makes its table (refusalSlots slots of 16 bytes, 64
+// KiB) on its first refusal, and a sketch the first time a policy
+// refuses in it, keeping both for reuse once harvested; at most
+// refusalPolicies sketches per shard, each of refusalK counters and
+// refusalFilter filter counters (a filtered sketch: the many light keys
+// of a flood cost a probe and an increment, not a counter taken over).
+// So at most Shards() × (64 KiB + min(policies that refuse,
+// refusalPolicies) × about 8 KiB with keys of 20 bytes): 8 shards and two
+// policies refusing, 640 KiB; whatever the number of tags.
 //
 // Error: a key falls in one shard only, so each shard's sketch sees all
-// of its key's refusals under that policy, and Space-Saving's bound
-// holds per shard: a key's count is over its true count by at most its
-// shard's refusals of the policy in the interval over refusalK, about
-// the policy's refusals over Shards()×refusalK.
+// of its key's refusals under that policy, whether counted in the table
+// first or not, and Space-Saving's bound holds per shard: a key's count
+// is over its true count by at most its shard's refusals of the policy in
+// the interval over refusalK, about the policy's refusals over
+// Shards()×refusalK, and each item says by how much (its Err).
 
 // refusalK is how many counters each shard's sketch of one policy's
 // refusals has, refusalFilter how many filter counters, and
@@ -36,6 +42,23 @@ const (
 	refusalFilter   = 512
 	refusalPolicies = 16
 )
+
+// refusalSlots is the size of each shard's table of refused records,
+// refusalFull how many it holds before new records go to the sketches at
+// once, refusalProbe how many slots a record is looked for in.
+const (
+	refusalSlots = 4096
+	refusalFull  = refusalSlots * 3 / 4
+	refusalProbe = 8
+)
+
+// refusalCount is one refused record and its refusals since the last
+// harvest; ref 0 is an empty slot.
+type refusalCount struct {
+	h   uint64
+	ref uint32
+	n   uint32
+}
 
 // refusalSketch counts the keys one policy refused in one shard.
 type refusalSketch struct {
@@ -54,25 +77,86 @@ type Refusals struct {
 	topk.Summary
 }
 
-// refused counts a refusal of key, which hashes to h, under limit
-// policy pi. The caller holds the shard's lock.
-func (s *shard) refused(pi int, h uint64, key []byte) {
-	for i := range s.refusals[:s.nRefusals] {
-		if r := &s.refusals[i]; r.pi == pi {
-			r.sk.AddHash(h, key, 1)
+// refusedRec counts a refusal of the record ref, whose key hashes to h,
+// under limit policy pi: exactly, in the shard's table of refused records
+// (refusalSlots slots, probed from h), so that a refusal costs a probe and
+// an increment, and the sketches take each record once per harvest with
+// its count (flushCounted); in the sketch at once when the table has no
+// room near h. The caller holds the shard's lock.
+func (s *shard) refusedRec(pi int, h uint64, key []byte, ref uint32) {
+	if s.counted == nil {
+		s.counted = make([]refusalCount, refusalSlots)
+	}
+	i := int(h >> 32)
+	for p := range refusalProbe {
+		c := &s.counted[(i+p)&(refusalSlots-1)]
+		if c.ref == ref && c.h == h {
+			if c.n == ^uint32(0) {
+				break // saturated: the sketch takes the rest
+			}
+			c.n++
+			return
+		}
+		if c.ref == 0 {
+			if s.nCounted == refusalFull {
+				break
+			}
+			*c = refusalCount{h: h, ref: ref, n: 1}
+			s.nCounted++
 			return
 		}
 	}
-	s.refusedFirst(pi, h, key)
+	s.refused(pi, h, key, 1)
+}
+
+// flushCounted moves the table of refused records into the sketches, each
+// record with its count, and empties it. A record freed since its
+// refusals (forgotten, evicted, its place taken by another key) is no
+// longer there to name them: they count as untracked. The caller holds
+// the shard's lock, and calls it before the policies' indexes change.
+func (s *shard) flushCounted() {
+	if s.nCounted == 0 {
+		return
+	}
+	for i := range s.counted {
+		c := &s.counted[i]
+		if c.ref == 0 {
+			continue
+		}
+		r := s.arena.rec(c.ref)
+		pi := r.policy()
+		if pi < len(s.policies) && s.policies[pi].Action == Limit {
+			if key := r.key(); maphash.Bytes(s.seed, key) == c.h {
+				s.refused(pi, c.h, key, uint64(c.n))
+				*c = refusalCount{}
+				continue
+			}
+		}
+		s.untracked += uint64(c.n)
+		*c = refusalCount{}
+	}
+	s.nCounted = 0
+}
+
+// refused counts n refusals of key, which hashes to h, under limit
+// policy pi, in the policy's sketch. The caller holds the shard's lock.
+func (s *shard) refused(pi int, h uint64, key []byte, n uint64) {
+	for i := range s.refusals[:s.nRefusals] {
+		if r := &s.refusals[i]; r.pi == pi {
+			r.sk.AddHash(h, key, n)
+			return
+		}
+	}
+	s.refusedFirst(pi, h, key, n)
 }
 
 // refusedFirst counts the first refusal of policy pi since the last
 // harvest: it takes the next sketch, making it if it is the first time
 // so many policies refused in the shard, or counts the refusal as
 // untracked past refusalPolicies.
-func (s *shard) refusedFirst(pi int, h uint64, key []byte) {
+func (s *shard) refusedFirst(pi int, h uint64, key []byte, n uint64) {
 	if s.nRefusals == refusalPolicies {
-		s.untracked++
+		s.untracked += n
 		return
 	}
 	if s.nRefusals == len(s.refusals) {
@@ -81,7 +165,7 @@ func (s *shard) refusedFirst(pi int, h uint64, key []byte) {
 	r := &s.refusals[s.nRefusals]
 	s.nRefusals++
 	r.pi, r.name = pi, s.policies[pi].Name
-	r.sk.AddHash(h, key, 1)
+	r.sk.AddHash(h, key, n)
 }
 
 // remapRefusals points the sketches at their policies' places in a new
@@ -116,6 +200,7 @@ func (t *Table) TakeRefusals(dst []Refusals) (_ []Refusals, untracked uint64) {
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
+		s.flushCounted()
 		for j := range s.refusals[:s.nRefusals] {
 			r := &s.refusals[j]
 			k := first

@@ -205,3 +205,64 @@ func TestRefusalDoesNotAllocate(t *testing.T) {
 		t.Fatalf("%v allocations per refusal after a harvest", a)
 	}
 }
+
+// TestRefusalsExactTable: a record's refusals are counted exactly in its
+// shard's table until the harvest; past the table's room, the sketches
+// take them at once, and a heavy key refused only then is still listed
+// within its stated error; refusals of a record forgotten before the
+// harvest count as untracked.
+func TestRefusalsExactTable(t *testing.T) {
+	tb := newTestTable(t, Policy{Rate: 0.001, Burst: 1}, 1000) // one shard
+	for range 1000 {
+		tb.Allow(at(0), []byte("heavy"))
+	}
+	for range 5 {
+		tb.Allow(at(0), []byte("gone"))
+	}
+	tb.Forget(tb.Key([]byte("gone")))
+	got, untracked := refusalsOf(t, tb)
+	r := got["default"]
+	if untracked != 4 || r.Total != 999 || len(r.Items) != 1 || r.Items[0] != (topk.Item{Key: "heavy", Count: 999}) {
+		t.Fatalf("%+v, %d untracked; want heavy refused exactly 999 times, gone's 4 untracked", r, untracked)
+	}
+
+	// Fill the table with light keys, then refuse a heavy one.
+	big := newTestTable(t, Policy{Rate: 0.001, Burst: 1}, 100000)
+	truth := map[string]uint64{}
+	refuse := func(key string) {
+		if !big.Allow(at(0), []byte(key)) {
+			truth[key]++
+		}
+	}
+	for i := range 2 * refusalSlots * len(big.shards) {
+		refuse(fmt.Sprint("light", i))
+		refuse(fmt.Sprint("light", i))
+	}
+	for range 500 {
+		refuse("late")
+	}
+	got, _ = refusalsOf(t, big)
+	r = got["default"]
+	var total uint64
+	for _, n := range truth {
+		total += n
+	}
+	if r.Total != total {
+		t.Fatalf("total %d, want %d", r.Total, total)
+	}
+	held := map[string]bool{}
+	for _, it := range r.Items {
+		held[it.Key] = true
+		if c := truth[it.Key]; it.Count < c || it.Count-it.Err > c {
+			t.Fatalf("%s: %d (error %d), true %d", it.Key, it.Count, it.Err, c)
+		}
+	}
+	if !held["late"] {
+		t.Fatalf("the heavy key refused after the table filled is not listed: %+v", r.Items[:min(5, len(r.Items))])
+	}
+	for k, c := range truth {
+		if !held[k] && c > r.Floor {
+			t.Fatalf("%s refused %d times, left out under the floor %d", k, c, r.Floor)
+		}
+	}
+}

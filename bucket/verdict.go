@@ -78,7 +78,7 @@ func (s *shard) allowN(now int64, h uint64, key []byte, pi int, n int) Verdict {
 	p := &s.policies[pi]
 	if n > p.Burst {
 		// Never served: refuse without tracking the tag.
-		s.refused(pi, h, key)
+		s.refused(pi, h, key, 1)
 		v := Verdict{Policy: p.Policy, Tokens: float64(p.Burst), Wait: math.MaxInt64}
 		if _, ref := s.index.lookup(&s.arena, h, key); ref != 0 {
 			tat := max(s.arena.rec(ref).tat(), now)
@@ -100,7 +100,7 @@ func (s *shard) allowN(now int64, h uint64, key []byte, pi int, n int) Verdict {
 	cost := int64(n) * p.perToken // n <= burst: at most debtAt, no overflow
 	serveBy := p.debtAt - cost    // served while tat-now <= serveBy
 	if tat-now > serveBy {
-		s.refused(pi, h, key)
+		s.refusedRec(pi, h, key, ref)
 		v := Verdict{Policy: p.Policy, Tokens: p.tokens(tat, now),
 			Wait: time.Duration(tat - now - serveBy), Full: time.Duration(tat - now)}
 		if p.DryRun {
