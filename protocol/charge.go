@@ -2,7 +2,6 @@ package protocol
 
 import (
 	"bytes"
-	"log/slog"
 	"math"
 	"time"
 
@@ -55,23 +54,8 @@ func NewChargeServer(c Charger, cfg Config) *ChargeServer {
 	if c == nil {
 		panic("protocol: NewChargeServer with nil Charger")
 	}
-	maxConns := cfg.MaxConns
-	if maxConns == 0 {
-		maxConns = DefaultMaxConns
-	}
-	h := &handler{
-		charger: c,
-		maxLine: MaxLine,
-		now:     cfg.Clock,
-		log:     cfg.Logger,
-		conns:   make(map[*conn]struct{}),
-	}
-	if h.now == nil {
-		h.now = time.Now
-	}
-	if h.log == nil {
-		h.log = slog.New(slog.DiscardHandler)
-	}
+	h, maxConns := newHandler(cfg)
+	h.charger = c
 	srv := serve.New(h, serve.Config{Name: "charge socket", MaxConns: maxConns, Logger: h.log})
 	h.log = h.log.With("socket", "charge")
 	return &ChargeServer{Server: srv, h: h}

@@ -78,12 +78,22 @@ func NewServer(d Decider, cfg Config) *Server {
 	if d == nil {
 		panic("protocol: NewServer with nil Decider")
 	}
-	maxConns := cfg.MaxConns
+	h, maxConns := newHandler(cfg)
+	h.decider = d
+	// A connection over the limit hears nothing: any answer could be
+	// taken for the reply to its first query.
+	srv := serve.New(h, serve.Config{Name: "protocol", MaxConns: maxConns, Logger: h.log})
+	return &Server{Server: srv, h: h}
+}
+
+// newHandler returns a handler with cfg's clock and logger, neither
+// deciding nor charging yet, and cfg's connection limit.
+func newHandler(cfg Config) (_ *handler, maxConns int) {
+	maxConns = cfg.MaxConns
 	if maxConns == 0 {
 		maxConns = DefaultMaxConns
 	}
 	h := &handler{
-		decider: d,
 		maxLine: MaxLine,
 		now:     cfg.Clock,
 		log:     cfg.Logger,
@@ -95,10 +105,7 @@ func NewServer(d Decider, cfg Config) *Server {
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
-	// A connection over the limit hears nothing: any answer could be
-	// taken for the reply to its first query.
-	srv := serve.New(h, serve.Config{Name: "protocol", MaxConns: maxConns, Logger: h.log})
-	return &Server{Server: srv, h: h}
+	return h, maxConns
 }
 
 // Stats returns a snapshot of the server's counters. It visits every live
