@@ -34,16 +34,17 @@ type topRun struct {
 	table *bucket.Table
 	now   func() time.Time
 
-	mu      sync.Mutex // one feeding at a time; guards refused and hits
+	mu      sync.Mutex // one feeding at a time; guards refused
 	refused []bucket.Refusals
-	hits    []bucket.Hit
+	hits    []bucket.Hit // the loop's own drains, when gossip is off
 
 	stop, stopped chan struct{} // the loop's, when gossip is off
 }
 
 // newTop returns a board for table whose peers report every interval (0:
 // gossip is off): a peer's report counts until it is as old as a peer may
-// go unheard before it is called silent.
+// go unheard before it is called silent (at the interval the daemon
+// started with: a reload that changes it leaves the expiry as it was).
 func newTop(table *bucket.Table, interval time.Duration, now func() time.Time) (*topRun, error) {
 	cfg := top.DefaultConfig()
 	if interval > 0 {
