@@ -3,28 +3,27 @@ package bucket
 import (
 	"encoding/binary"
 	"math/bits"
+	"sort"
 	"sync/atomic"
+	"unsafe"
 )
 
-// A shard keeps each tracked tag in one record of its arena: a few bytes of
-// bucket state followed by the key. Records live in byte chunks that are
-// allocated once and never freed, so the garbage collector sees a handful
-// of pointer-free byte slices per shard, however many tags it tracks, and
-// filling the table leaves no garbage behind.
+// A shard keeps each tracked tag in one record of the region's record
+// area (region.go): a few bytes of bucket state followed by the key. The
+// records are in the state file, which processes deciding from the shared
+// table write, so the daemon reads them as untrusted input: it keeps what
+// it needs to walk them (which chunks are its own, each chunk's size
+// class, which records are live, the free lists) in its own memory, and
+// bounds every key it reads. docs/shared-table.md lays records out:
 //
-// Record layout (little-endian):
-//
-//	[0:8]   tat, int64 nanoseconds
-//	[8:12]  unreported, uint32
-//	[12:16] dirtyPos, int32: 1 + position in shard.dirty, 0 when not listed
+//	[0:8]   tat, int64 nanoseconds (atomic; compare-and-swap only)
+//	[8:12]  unreported, uint32 (atomic)
+//	[12:16] refused in process, uint32 (atomic)
 //	[16:18] policy index, uint16; freePolicy marks a free record
 //	[18:]   key length as a uvarint, then the key bytes
-//
-// A free record holds the reference of the next free record of its size
-// class in its first 4 bytes.
 const (
 	recUnreported = 8
-	recDirty      = 12
+	recRefused    = 12
 	recPolicy     = 16
 	recKey        = 18
 
@@ -33,15 +32,12 @@ const (
 	freePolicy = 0xFFFF
 )
 
-// A reference names a record: its chunk's index in the high bits and its
-// offset in the chunk, in 8-byte units, in the low refOffBits. Reference 0
-// is never a record (chunk 0 is always nil).
+// A reference names a record: its offset in the record area in 8-byte
+// units. Reference 0 is never a record. Records of one size class share
+// chunks of chunkSize bytes; a larger record has a chunk of its own.
 const (
-	chunkBits  = 14
-	chunkSize  = 1 << chunkBits // records up to this size share chunks
-	refOffBits = chunkBits - 3
-	refOffMask = 1<<refOffBits - 1
-	maxChunks  = 1 << (32 - refOffBits)
+	chunkBits = 14
+	chunkSize = 1 << chunkBits
 )
 
 // Size classes: records up to smallMax bytes round up to a multiple of 8;
@@ -52,31 +48,36 @@ const (
 	numClasses = smallMax/8 + 1 + (17 - 9)
 )
 
+// maxKeyLen bounds a key length read from a record.
+const maxKeyLen = MaxTagBytesLimit + 1
+
+// chunk is one of a shard's chunks, as the shard knows it.
+type chunk struct {
+	ref   uint32   // its first unit
+	units uint32   // its size in units
+	size  uint32   // the size of its records in bytes
+	used  uint32   // bytes handed out
+	live  []uint64 // a bit per unit: a live record starts there
+}
+
 // arena allocates and frees the records of one shard. A freed record is
 // reused for the next record of its size class, so the arena never holds
 // more records of a class than were ever live at once: under churn
-// through a capped table its size stays bounded. The zero value is not
-// usable: call init. Not safe for concurrent use (the shard's lock guards
-// it).
+// through a capped table its size stays bounded. Not safe for concurrent
+// use (the shard's lock guards it).
 type arena struct {
-	chunks [][]byte
-	pub    atomic.Pointer[[][]byte] // chunks, for readers without the lock
-	cur    int                      // chunk being filled, or 0 when none
-	off    int                      // next free byte in chunks[cur]
-	free   [numClasses]uint32
+	reg    *region
+	chunks []chunk // by ref, which only grows
+	cur    [numClasses]int32
+	free   [numClasses][]uint32
 	bytes  int // total size of the chunks
 }
 
-func (a *arena) init() {
-	a.chunks = make([][]byte, 1, 8)
-	a.publish()
-}
-
-// publish makes the chunks visible to prefetchRecord. Chunks only ever
-// append: a reader with an older view never reads past its length.
-func (a *arena) publish() {
-	c := a.chunks
-	a.pub.Store(&c)
+func (a *arena) init(reg *region) {
+	a.reg = reg
+	for i := range a.cur {
+		a.cur[i] = -1
+	}
 }
 
 // sizeClass returns the class of a record of n bytes and the bytes the
@@ -99,81 +100,136 @@ func uvarintLen(n int) int {
 	return (bits.Len(uint(n)|1) + 6) / 7
 }
 
-// alloc returns a record of the size class, whose contents are undefined.
+// alloc returns a record of the size class, whose contents are undefined,
+// or 0 when the region has no room.
 func (a *arena) alloc(class, size int) uint32 {
-	if ref := a.free[class]; ref != 0 {
-		a.free[class] = binary.LittleEndian.Uint32(a.rec(ref))
+	if f := a.free[class]; len(f) > 0 {
+		ref := f[len(f)-1]
+		a.free[class] = f[:len(f)-1]
+		a.setLive(ref, true)
 		return ref
 	}
-	if size > chunkSize {
-		return a.newChunk(size)
+	if ci := a.cur[class]; ci >= 0 {
+		c := &a.chunks[ci]
+		if int(c.used)+size <= int(c.units)*8 {
+			ref := c.ref + c.used/8
+			c.used += uint32(size)
+			a.setLive(ref, true)
+			return ref
+		}
 	}
-	if a.cur == 0 || a.off+size > chunkSize {
-		// The rest of the current chunk, less than size, stays unused.
-		a.newChunk(chunkSize)
-		a.cur, a.off = len(a.chunks)-1, 0
+	n := max(size, chunkSize)
+	ref := a.reg.allocChunk(n)
+	if ref == 0 {
+		return 0
 	}
-	ref := uint32(a.cur)<<refOffBits | uint32(a.off>>3)
-	a.off += size
+	units := uint32(n / 8)
+	a.chunks = append(a.chunks, chunk{ref: ref, units: units, size: uint32(size), used: uint32(size), live: make([]uint64, (units+63)/64)})
+	a.cur[class] = int32(len(a.chunks) - 1)
+	a.bytes += n
+	a.setLive(ref, true)
 	return ref
 }
 
-// newChunk adds a chunk of size bytes and returns a reference to its start.
-func (a *arena) newChunk(size int) uint32 {
-	if len(a.chunks) >= maxChunks {
-		// 32 GiB of records in one shard: memory runs out long before.
-		panic("bucket: shard arena full")
+// chunkOf returns the chunk holding ref.
+func (a *arena) chunkOf(ref uint32) *chunk {
+	i := sort.Search(len(a.chunks), func(i int) bool { return a.chunks[i].ref > ref }) - 1
+	return &a.chunks[i]
+}
+
+func (a *arena) setLive(ref uint32, on bool) {
+	c := a.chunkOf(ref)
+	u := ref - c.ref
+	if on {
+		c.live[u>>6] |= 1 << (u & 63)
+	} else {
+		c.live[u>>6] &^= 1 << (u & 63)
 	}
-	a.chunks = append(a.chunks, make([]byte, size))
-	a.bytes += size
-	a.publish()
-	return uint32(len(a.chunks)-1) << refOffBits
 }
 
-// release puts the record back on its class's free list.
+// release puts the record back on its class's free list. Its tat must be
+// deadTat already.
 func (a *arena) release(ref uint32) {
-	r := a.rec(ref)
-	class, _ := sizeClass(recordSize(len(r.key())))
-	binary.LittleEndian.PutUint32(r, a.free[class])
-	binary.LittleEndian.PutUint16(r[recPolicy:], freePolicy)
-	a.free[class] = ref
+	c := a.chunkOf(ref)
+	class, _ := sizeClass(int(c.size))
+	a.rec(ref).setPolicy(freePolicy)
+	a.setLive(ref, false)
+	a.free[class] = append(a.free[class], ref)
 }
 
-// rec returns the record ref names. The slice may extend past the record.
+// rec returns the record ref names. The slice extends past the record.
 func (a *arena) rec(ref uint32) record {
-	return a.chunks[ref>>refOffBits][(ref&refOffMask)<<3:]
+	return a.reg.records[uint64(ref)<<3:]
 }
 
 // newRecord allocates and fills a record for key, with a full bucket at
-// now under policy pi, not listed for drain.
+// now under policy pi, or returns 0 when the region has no room.
 func (a *arena) newRecord(key []byte, now int64, pi int) uint32 {
 	class, size := sizeClass(recordSize(len(key)))
 	ref := a.alloc(class, size)
+	if ref == 0 {
+		return 0
+	}
 	r := a.rec(ref)
-	r.setTat(now)
-	r.setUnreported(0)
-	r.setDirtyPos(0)
+	atomic.StoreUint32(r.u32(recUnreported), 0)
+	atomic.StoreUint32(r.u32(recRefused), 0)
 	r.setPolicy(pi)
 	n := binary.PutUvarint(r[recKey:], uint64(len(key)))
 	copy(r[recKey+n:], key)
+	atomic.StoreInt64(r.tatp(), now)
 	return ref
 }
 
 // record is a view of one record's bytes; see the layout above.
 type record []byte
 
-func (r record) tat() int64         { return int64(binary.LittleEndian.Uint64(r)) }
-func (r record) setTat(v int64)     { binary.LittleEndian.PutUint64(r, uint64(v)) }
-func (r record) unreported() uint32 { return binary.LittleEndian.Uint32(r[recUnreported:]) }
-func (r record) setUnreported(v uint32) {
-	binary.LittleEndian.PutUint32(r[recUnreported:], v)
+func (r record) tatp() *int64        { return (*int64)(unsafe.Pointer(&r[0])) }
+func (r record) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&r[off])) }
+func (r record) tat() int64          { return atomic.LoadInt64(r.tatp()) }
+func (r record) casTat(old, new int64) bool {
+	return atomic.CompareAndSwapInt64(r.tatp(), old, new)
 }
-func (r record) dirtyPos() int32     { return int32(binary.LittleEndian.Uint32(r[recDirty:])) }
-func (r record) setDirtyPos(v int32) { binary.LittleEndian.PutUint32(r[recDirty:], uint32(v)) }
-func (r record) policy() int         { return int(binary.LittleEndian.Uint16(r[recPolicy:])) }
-func (r record) setPolicy(pi int)    { binary.LittleEndian.PutUint16(r[recPolicy:], uint16(pi)) }
 
-// key returns the record's key, aliasing the arena.
+// kill marks the record as being freed, so that callers deciding in
+// process ask instead, and returns its unreported hits.
+func (r record) kill() uint32 {
+	atomic.StoreInt64(r.tatp(), deadTat)
+	atomic.SwapUint32(r.u32(recRefused), 0)
+	return atomic.SwapUint32(r.u32(recUnreported), 0)
+}
+
+func (r record) unreported() uint32 { return atomic.LoadUint32(r.u32(recUnreported)) }
+func (r record) refusedCount() uint32 {
+	return atomic.LoadUint32(r.u32(recRefused))
+}
+
+// addUnreported adds n unreported hits, saturating, and returns the count
+// before.
+func (r record) addUnreported(n uint32) uint32 {
+	p := r.u32(recUnreported)
+	for {
+		u := atomic.LoadUint32(p)
+		v := u + n
+		if v < u {
+			v = ^uint32(0)
+		}
+		if atomic.CompareAndSwapUint32(p, u, v) {
+			return u
+		}
+	}
+}
+
+func (r record) takeUnreported() uint32 { return atomic.SwapUint32(r.u32(recUnreported), 0) }
+func (r record) takeRefused() uint32    { return atomic.SwapUint32(r.u32(recRefused), 0) }
+
+// policy returns the record's policy index, which a caller may have
+// overwritten: check it against the policy set.
+func (r record) policy() int      { return int(binary.LittleEndian.Uint16(r[recPolicy:])) }
+func (r record) setPolicy(pi int) { binary.LittleEndian.PutUint16(r[recPolicy:], uint16(pi)) }
+
+// key returns the record's key, aliasing the area. Its length is read
+// from the record and bounded, so a key a caller overwrote is garbage but
+// never reaches past the area's guard.
 func (r record) key() []byte {
 	if n := r[recKey]; n < 0x80 {
 		return r[recKey+1 : recKey+1+int(n)]
@@ -183,7 +239,10 @@ func (r record) key() []byte {
 
 // longKey is key for a key of 128 bytes or more.
 func (r record) longKey() []byte {
-	n, w := binary.Uvarint(r[recKey:])
+	n, w := binary.Uvarint(r[recKey : recKey+4])
+	if w <= 0 || n > maxKeyLen {
+		return nil
+	}
 	return r[recKey+w : recKey+w+int(n)]
 }
 

@@ -2,7 +2,6 @@ package bucket
 
 import (
 	"fmt"
-	"hash/maphash"
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
@@ -26,8 +25,7 @@ func TestSizeClass(t *testing.T) {
 }
 
 func TestArenaReusesFreedRecords(t *testing.T) {
-	var a arena
-	a.init()
+	a := testArena(t)
 	keys := map[uint32]string{}
 	for i := 0; i < 1000; i++ {
 		k := fmt.Sprintf("key-%d", i)
@@ -35,6 +33,7 @@ func TestArenaReusesFreedRecords(t *testing.T) {
 	}
 	grown := a.bytes
 	for ref := range keys {
+		a.rec(ref).kill()
 		a.release(ref)
 	}
 	clear(keys)
@@ -51,15 +50,14 @@ func TestArenaReusesFreedRecords(t *testing.T) {
 	}
 	for ref, k := range keys {
 		r := a.rec(ref)
-		if string(r.key()) != k || r.tat() != 7 || r.policy() != 2 || r.unreported() != 0 || r.dirtyPos() != 0 {
+		if string(r.key()) != k || r.tat() != 7 || r.policy() != 2 || r.unreported() != 0 {
 			t.Fatalf("record %d: key %q tat %d policy %d, want %q 7 2", ref, r.key(), r.tat(), r.policy(), k)
 		}
 	}
 }
 
 func TestArenaLongKeys(t *testing.T) {
-	var a arena
-	a.init()
+	a := testArena(t)
 	for _, n := range []int{127, 128, 300, chunkSize, 65537} {
 		key := make([]byte, n)
 		for i := range key {
@@ -82,10 +80,10 @@ func TestArenaLongKeys(t *testing.T) {
 func TestIndexAgainstMap(t *testing.T) {
 	var s shard
 	tb := newTestTable(t, Policy{Rate: 1, Burst: 1}, 1)
-	s.init(1<<30, 1, tb.seed, *tb.policies.Load(), new(atomic.Int64))
+	s.init(0, tb.reg, 1<<26, 1, tb.seed, *tb.policies.Load(), new(atomic.Int64))
 	model := map[string]bool{}
 	rng := rand.New(rand.NewPCG(3, 4))
-	hash := func(k string) uint64 { return maphash.String(tb.seed, k) }
+	hash := func(k string) uint64 { return hashString(tb.seed, k) }
 	for step := 0; step < 20000; step++ {
 		k := fmt.Sprintf("k%d", rng.IntN(3000))
 		h := hash(k)
@@ -101,6 +99,7 @@ func TestIndexAgainstMap(t *testing.T) {
 			s.index.put(pos, h, s.arena.newRecord([]byte(k), 0, 0))
 			model[k] = true
 		} else if ref != 0 {
+			s.arena.rec(ref).kill()
 			s.removeAt(pos)
 			delete(model, k)
 		}
@@ -162,8 +161,7 @@ func floodTable(tb *Table, n int, seed uint64) float64 {
 // TestRecordIs checks the key comparison at every length up to 20 and
 // a difference at every position.
 func TestRecordIs(t *testing.T) {
-	var a arena
-	a.init()
+	a := testArena(t)
 	for n := 1; n <= 20; n++ {
 		key := []byte("abcdefghijklmnopqrst"[:n])
 		r := a.rec(a.newRecord(key, 0, 0))
@@ -181,4 +179,16 @@ func TestRecordIs(t *testing.T) {
 			}
 		}
 	}
+}
+
+// testArena returns an arena in a private region of its own.
+func testArena(t *testing.T) *arena {
+	reg, err := newRegion(false, 1, 1<<16, 256, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.unmap)
+	a := new(arena)
+	a.init(reg)
+	return a
 }

@@ -1,7 +1,6 @@
 package bucket
 
 import (
-	"hash/maphash"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -96,7 +95,7 @@ func (t *Table) allowBatch(now time.Time, tags [][]byte, ok []bool) bool {
 			ok[j] = p.answer()
 			continue
 		}
-		h := maphash.Bytes(t.seed, tag)
+		h := Hash(t.seed, tag)
 		hs[j], pis[j], limit[j] = h, uint16(pi), true
 		counts[h>>t.shift+1]++
 		limited++
@@ -170,11 +169,7 @@ func (s *shard) prefetchRecord(h uint64) {
 	if e == 0 || uint32(e>>32) != uint32(h) {
 		return
 	}
-	ref := uint32(e)
-	chunks := *s.arena.pub.Load()
-	if c := int(ref >> refOffBits); c < len(chunks) {
-		if off := int(ref&refOffMask) << 3; off < len(chunks[c]) {
-			prefetchw(unsafe.Pointer(&chunks[c][off]))
-		}
+	if off := uint64(uint32(e)) << 3; off < uint64(len(s.arena.reg.records)) {
+		prefetchw(unsafe.Pointer(&s.arena.reg.records[off]))
 	}
 }

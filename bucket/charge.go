@@ -1,7 +1,6 @@
 package bucket
 
 import (
-	"hash/maphash"
 	"math"
 	"time"
 )
@@ -35,7 +34,7 @@ func (t *Table) Charge(now time.Time, tag []byte, n uint32) {
 	if max := int(t.maxTagBytes.Load()); len(tag) > max {
 		tag = digestKey(tag, max)
 	}
-	h := maphash.Bytes(t.seed, tag)
+	h := Hash(t.seed, tag)
 	s := &t.shards[h>>t.shift]
 	s.mu.Lock()
 	if &s.policies[0] != &(*set)[0] {
@@ -58,16 +57,20 @@ func (t *Table) ChargeNow(tag []byte, n uint32) { t.Charge(time.Now(), tag, n) }
 // report.
 func (s *shard) charge(now int64, h uint64, key []byte, pi int, n uint32) {
 	p := &s.policies[pi]
+	p.counts.countCharge(n)
 	pos, ref := s.index.lookup(&s.arena, h, key)
 	if ref == 0 {
-		ref = s.insert(now, h, pos, key, pi)
+		if ref = s.insert(now, h, pos, key, pi); ref == 0 {
+			return
+		}
 	}
 	r := s.arena.rec(ref)
-	r.setTat(p.plus(r.tat(), n, now))
-	u := uint64(r.unreported()) + uint64(n)
-	r.setUnreported(uint32(min(u, math.MaxUint32)))
-	if r.dirtyPos() == 0 {
-		s.list(r, ref)
+	casPlus(r, func(tat int64) int64 { return p.plus(tat, n, now) })
+	s.unreported(r, ref, n)
+	// Drain caps a record's hits at what its policy could serve: a
+	// charge may go past that, so it is noted here.
+	if s.charged == nil {
+		s.charged = make(map[uint32]uint32)
 	}
-	p.counts.countCharge(n)
+	s.charged[ref] = uint32(min(uint64(s.charged[ref])+uint64(n), math.MaxUint32))
 }

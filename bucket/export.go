@@ -1,7 +1,6 @@
 package bucket
 
 import (
-	"hash/maphash"
 	"math"
 	"math/bits"
 	"time"
@@ -66,7 +65,11 @@ func (t *Table) exportShard(now time.Time, i int, dst []Level, keys []byte, repo
 		r := s.arena.rec(uint32(e))
 		tat := r.tat()
 		if reported {
-			tat = s.policies[r.policy()].without(tat, r.unreported(), n)
+			p := &s.policies[0]
+			if pi := r.policy(); pi < len(s.policies) {
+				p = &s.policies[pi]
+			}
+			tat = p.without(tat, r.unreported(), n)
 		}
 		if tat <= n {
 			continue
@@ -132,7 +135,7 @@ func (t *Table) Merge(now time.Time, age time.Duration, levels []Level) (lowered
 		if len(lv.Key) == 0 || len(lv.Key) > maxKey || math.IsNaN(lv.Tokens) {
 			continue
 		}
-		h := maphash.Bytes(t.seed, lv.Key)
+		h := Hash(t.seed, lv.Key)
 		s := &t.shards[h>>t.shift]
 		s.mu.Lock()
 		if s.merge(s.advance(ns), h, lv.Key, lv.Tokens, int64(age)) {
@@ -157,15 +160,21 @@ func (s *shard) merge(now int64, h uint64, key []byte, tokens float64, age int64
 	}
 	pos, ref := s.index.lookup(&s.arena, h, key)
 	if ref == 0 {
-		ref = s.insert(now, h, pos, key, pi)
+		if ref = s.insert(now, h, pos, key, pi); ref == 0 {
+			return false
+		}
 	}
 	r := s.arena.rec(ref)
 	tat = p.plus(tat, r.unreported(), now)
-	if tat <= r.tat() {
-		return false
+	for {
+		was := r.tat()
+		if tat <= was {
+			return false
+		}
+		if r.casTat(was, tat) {
+			return true
+		}
 	}
-	r.setTat(tat)
-	return true
 }
 
 // without is the theoretical arrival time tat less the periods of hits

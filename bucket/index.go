@@ -11,29 +11,39 @@ import (
 // of a fragment f in n slots is f*n>>32, so any number of slots works and
 // growth need not double. Deleting shifts the following entries back
 // instead of leaving tombstones, so lookups never slow down with churn.
-// The slots hold no pointers: the garbage collector never scans them.
+// The slots lie in the table file (region.go), where processes deciding
+// in process read them: each of the shard's two index areas holds the
+// slots in turn, a growth writing the other one and publishing it in the
+// shard's entry (docs/shared-table.md).
 //
 // Only the shard's lock holder reads slots and count, and changes them;
-// but prefetch and prefetchRecord, called without the lock, read pub and
+// but prefetch and prefetchRecord, called without the lock, and every
+// process deciding from the shared table read pub or the shard entry and
 // then a slot atomically, so the lock holder writes slots atomically
-// (except into a new array not yet published).
+// (except into an array not yet published).
 type index struct {
 	slots []uint64
 	count int
 	pub   atomic.Pointer[[]uint64] // slots, for readers without the lock
+	reg   *region
+	shard int // the shard's number, for its entry in the table file
+	area  int // which of the shard's two index areas slots is in
 }
 
 // minSlots is the size of a new index.
 const minSlots = 8
 
-func (x *index) init() {
-	x.slots = make([]uint64, minSlots)
+func (x *index) init(reg *region, shard int) {
+	x.reg, x.shard = reg, shard
+	x.slots = reg.indexAreas[shard][0][:minSlots]
+	clear(x.slots)
 	x.publish()
 }
 
 func (x *index) publish() {
 	s := x.slots
 	x.pub.Store(&s)
+	x.reg.publishIndex(x.shard, s)
 }
 
 func home(frag uint32, n int) int { return int(uint64(frag) * uint64(n) >> 32) }
@@ -89,10 +99,18 @@ func (x *index) put(pos int, h uint64, ref uint32) {
 	x.count++
 }
 
-// grow makes room for more entries and places every entry again.
-func (x *index) grow() {
+// grow makes room for more entries and places every entry again. It
+// reports false when the shard's index area has no more room.
+func (x *index) grow() bool {
 	old := x.slots
-	x.slots = make([]uint64, max(int(float64(x.count+1)/growLoad), len(old)+minSlots))
+	next := x.reg.indexAreas[x.shard][1-x.area]
+	n := min(max(int(float64(x.count+1)/growLoad), len(old)+minSlots), len(next))
+	if n <= len(old) {
+		return false
+	}
+	x.area = 1 - x.area
+	x.slots = next[:n]
+	clear(x.slots)
 	for _, e := range old {
 		if e == 0 {
 			continue
@@ -106,6 +124,7 @@ func (x *index) grow() {
 		x.slots[i] = e
 	}
 	x.publish()
+	return true
 }
 
 // delete empties slot pos, shifting back the entries after it that would

@@ -1,7 +1,6 @@
 package bucket
 
 import (
-	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -30,9 +29,13 @@ type shardFields struct {
 	arena    arena          // its chunks first
 	more     []shardCounts  // the counts of policies 3 and up
 
-	dirty       []uint32      // records with unreported hits
-	slots       *atomic.Int64 // the table's index slots over all shards
-	seed        maphash.Seed  // the table's, to find a record's slot again
+	id          int               // the shard's number in the table
+	slots       *atomic.Int64     // the table's index slots over all shards
+	seed        uint64            // the table's, to find a record's slot again
+	lastDrain   int64             // when Drain last took the shard's hits
+	born        int64             // the first now the shard saw
+	charged     map[uint32]uint32 // hits charged per record since the last drain (charge.go)
+	noRoom      uint64            // tags not tracked for want of room in the region
 	capacity    int
 	hand        int    // next index slot the idle-entry sweep looks at
 	rng         uint64 // xorshift state for eviction sampling
@@ -49,11 +52,12 @@ type shardFields struct {
 // shardCounts counts the queries a limit policy answered in one shard.
 type shardCounts struct{ ok, no uint64 }
 
-func (s *shard) init(capacity int, seed uint64, hashSeed maphash.Seed, set policySet, slots *atomic.Int64) {
+func (s *shard) init(id int, reg *region, capacity int, seed uint64, hashSeed uint64, set policySet, slots *atomic.Int64) {
+	s.id = id
 	s.slots = slots
-	s.index.init()
+	s.index.init(reg, id)
 	slots.Add(int64(len(s.index.slots)))
-	s.arena.init()
+	s.arena.init(reg)
 	s.seed = hashSeed
 	s.capacity = capacity
 	s.rng = seed*0x9E3779B97F4A7C15 | 1
@@ -84,40 +88,51 @@ func (s *shard) allow(now int64, h uint64, key []byte, pi int) bool {
 	p := &s.policies[pi]
 	pos, ref := s.index.lookup(&s.arena, h, key)
 	if ref == 0 {
-		ref = s.insert(now, h, pos, key, pi)
+		if ref = s.insert(now, h, pos, key, pi); ref == 0 {
+			s.count(pi).ok++ // no room to track it: a full bucket serves
+			return true
+		}
 	}
 	r := s.arena.rec(ref)
-	tat := max(r.tat(), now)
-	if tat-now > p.allowAt {
-		s.refusedRec(pi, h, key, ref)
-		if p.DryRun {
-			return s.dryRun(pi)
+	for {
+		// Processes deciding in process change tat too, without the lock:
+		// a compare-and-swap keeps their tokens and ours apart.
+		tat0 := r.tat()
+		tat := max(tat0, now)
+		if tat-now > p.allowAt {
+			s.refusedRec(pi, h, key, ref)
+			if p.DryRun {
+				return s.dryRun(pi)
+			}
+			s.count(pi).no++
+			return false
 		}
-		s.count(pi).no++
-		return false
+		if r.casTat(tat0, tat+p.perToken) {
+			break
+		}
 	}
 	s.count(pi).ok++
-	r.setTat(tat + p.perToken)
-	if u := r.unreported(); u < ^uint32(0) {
-		r.setUnreported(u + 1)
-	}
-	if r.dirtyPos() == 0 {
-		s.list(r, ref)
-	}
+	s.unreported(r, ref, 1)
 	return true
 }
 
-// list adds record r, whose reference is ref, to the dirty list. The list
-// doubles when full, up to the shard's capacity, rather than growing by
-// append's smaller steps, which would leave more garbage behind.
-func (s *shard) list(r record, ref uint32) {
-	if len(s.dirty) == cap(s.dirty) {
-		d := make([]uint32, len(s.dirty), max(min(2*cap(s.dirty), s.capacity), len(s.dirty)+1, 16))
-		copy(d, s.dirty)
-		s.dirty = d
+// unreported counts n hits on record r, whose reference is ref, for the
+// next report.
+func (s *shard) unreported(r record, ref uint32, n uint32) {
+	if r.addUnreported(n) == 0 {
+		s.arena.reg.markDirty(ref)
 	}
-	s.dirty = append(s.dirty, ref)
-	r.setDirtyPos(int32(len(s.dirty)))
+}
+
+// casPlus moves record r's tat to what f makes of it, however callers
+// deciding in process move it meanwhile.
+func casPlus(r record, f func(tat int64) int64) {
+	for {
+		tat := r.tat()
+		if r.casTat(tat, f(tat)) {
+			return
+		}
+	}
 }
 
 // spend subtracts hits a peer served for key, which hashes to h, at now.
@@ -129,10 +144,11 @@ func (s *shard) spend(now int64, h uint64, key []byte, hits uint32) {
 	}
 	pos, ref := s.index.lookup(&s.arena, h, key)
 	if ref == 0 {
-		ref = s.insert(now, h, pos, key, pi)
+		if ref = s.insert(now, h, pos, key, pi); ref == 0 {
+			return
+		}
 	}
-	r := s.arena.rec(ref)
-	r.setTat(p.plus(r.tat(), hits, now))
+	casPlus(s.arena.rec(ref), func(tat int64) int64 { return p.plus(tat, hits, now) })
 }
 
 // reconfigure moves every entry to the policy it matches in set, keeping
@@ -159,12 +175,18 @@ func (s *shard) reconfigure(now int64, set policySet, capacity int) {
 		pi := match(set, r.key())
 		p := &set[pi]
 		if p.Action != Limit {
+			r.kill()
 			s.removeRef(ref)
 			continue
 		}
-		tokens := old[r.policy()].tokens(r.tat(), now)
-		r.setTat(p.tatFor(min(tokens, float64(p.Burst)), now))
+		was := &old[0]
+		if op := r.policy(); op < len(old) {
+			was = &old[op]
+		}
 		r.setPolicy(pi)
+		casPlus(r, func(tat int64) int64 {
+			return p.tatFor(min(was.tokens(tat, now), float64(p.Burst)), now)
+		})
 	}
 	for s.index.count > s.capacity {
 		s.evict(now)
@@ -175,6 +197,9 @@ func (s *shard) reconfigure(now int64, set policySet, capacity int) {
 // returns the clock.
 func (s *shard) advance(now int64) int64 {
 	if now > s.now {
+		if s.now == 0 {
+			s.born = now
+		}
 		s.now = now
 	}
 	return s.now
@@ -192,36 +217,45 @@ func (s *shard) insert(now int64, h uint64, pos int, key []byte, policy int) uin
 	}
 	if s.index.full() {
 		was := len(s.index.slots)
-		s.index.grow()
-		s.slots.Add(int64(len(s.index.slots) - was))
+		if s.index.grow() {
+			s.slots.Add(int64(len(s.index.slots) - was))
+		} else {
+			// The index area is full: a reload raised max_tags past
+			// what the region was laid out for.
+			s.evict(now)
+		}
 		n = -1
+	}
+	ref := s.arena.newRecord(key, now, policy)
+	for try := 0; ref == 0 && try < 8 && s.index.count > 0; try++ {
+		// The region is full: free a record and take it if it fits.
+		s.evict(now)
+		n = -1
+		ref = s.arena.newRecord(key, now, policy)
+	}
+	if ref == 0 {
+		s.noRoom++
+		return 0
 	}
 	if s.index.count != n {
 		pos, _ = s.index.lookup(&s.arena, h, key)
 	}
-	ref := s.arena.newRecord(key, now, policy)
 	s.index.put(pos, h, ref)
 	return ref
 }
 
-// removeAt forgets the entry in index slot pos.
+// removeAt forgets the entry in index slot pos, whose record must be
+// killed already.
 func (s *shard) removeAt(pos int) {
 	ref := uint32(s.index.slots[pos])
-	r := s.arena.rec(ref)
-	if dp := r.dirtyPos(); dp != 0 {
-		// Swap the last listed record into this one's place.
-		last := s.dirty[len(s.dirty)-1]
-		s.dirty[dp-1] = last
-		s.arena.rec(last).setDirtyPos(dp)
-		s.dirty = s.dirty[:len(s.dirty)-1]
-	}
 	s.index.delete(pos)
 	s.arena.release(ref)
+	delete(s.charged, ref)
 }
 
 // removeRef forgets the entry whose record is ref.
 func (s *shard) removeRef(ref uint32) {
-	h := maphash.Bytes(s.seed, s.arena.rec(ref).key())
+	h := Hash(s.seed, s.arena.rec(ref).key())
 	s.removeAt(s.index.slotOf(h, ref))
 }
 
@@ -249,7 +283,7 @@ func (s *shard) sweep(now int64) {
 		}
 		seen++
 		r := s.arena.rec(uint32(e))
-		if r.tat() <= now && r.unreported() == 0 {
+		if tat := r.tat(); tat <= now && r.unreported() == 0 && r.refusedCount() == 0 && r.casTat(tat, deadTat) {
 			// The slot now holds the entry shifted back into it, if any:
 			// look at it next.
 			s.removeAt(s.hand)
@@ -294,7 +328,10 @@ func (s *shard) evict(now int64) {
 		}
 		seen++
 		r := s.arena.rec(uint32(e))
-		p := &s.policies[r.policy()]
+		p := &s.policies[0]
+		if pi := r.policy(); pi < len(s.policies) {
+			p = &s.policies[pi]
+		}
 		lack := max(r.tat()-now, 0)
 		debt := lack > p.debtAt
 		harm := float64(lack)/float64(p.perToken) + float64(r.unreported())
@@ -306,6 +343,6 @@ func (s *shard) evict(now int64) {
 		return
 	}
 	s.evictions++
-	s.evictedHits += uint64(s.arena.rec(uint32(slots[best])).unreported())
+	s.evictedHits += uint64(s.arena.rec(uint32(slots[best])).kill())
 	s.removeAt(best)
 }

@@ -1,7 +1,6 @@
 package bucket
 
 import (
-	"hash/maphash"
 	"time"
 )
 
@@ -42,7 +41,7 @@ func (t *Table) spendBatch(ns int64, hits []Hit) {
 		if !spendable(h.Key, h.Count) {
 			continue
 		}
-		hs[j] = maphash.String(t.seed, h.Key)
+		hs[j] = hashString(t.seed, h.Key)
 		apply[j] = true
 		counts[hs[j]>>t.shift+1]++
 		n++

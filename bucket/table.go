@@ -29,7 +29,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"math/bits"
 	"runtime"
@@ -72,6 +71,10 @@ type Config struct {
 	// its first MaxTagBytes-31 bytes and a SHA-256 of the whole tag. From
 	// MinTagBytes to MaxTagBytesLimit.
 	MaxTagBytes int
+	// Shared puts the table in memory other processes may map and decide
+	// from (docs/shared-table.md; SharedFiles). Otherwise the same layout
+	// lives in private memory.
+	Shared bool
 }
 
 // Hit is a tag and a count of hits, as drained for a report.
@@ -85,6 +88,10 @@ type Stats struct {
 	Tags        int    // entries tracked now
 	Evictions   uint64 // entries evicted by the MaxTags cap
 	EvictedHits uint64 // unreported hits lost with evicted entries
+	// NoRoom counts tags served untracked because the table's memory,
+	// laid out when it was made, had no room for their records: a reload
+	// raised max_tags or max_tag_bytes far past what it was made for.
+	NoRoom uint64
 }
 
 // PolicyStats counts the queries one policy answered.
@@ -114,7 +121,8 @@ type State struct {
 type Table struct {
 	shards []shard
 	shift  uint // a key's shard is its hash >> shift (64 for one shard)
-	seed   maphash.Seed
+	seed   uint64
+	reg    *region // the memory the records and index live in
 
 	// policies routes allow and deny tags without taking a lock; each
 	// shard holds its own copy for its entries, swapped under its lock.
@@ -155,18 +163,25 @@ func New(cfg Config) (*Table, error) {
 	for n*2 <= shardLimit && n*2*1024 <= cfg.MaxTags {
 		n *= 2
 	}
-	t := &Table{shards: make([]shard, n), shift: uint(64 - bits.TrailingZeros(uint(n))), seed: maphash.MakeSeed()}
+	t := &Table{shards: make([]shard, n), shift: uint(64 - bits.TrailingZeros(uint(n))), seed: randomUint64()}
+	reg, err := newRegion(cfg.Shared, n, cfg.MaxTags, cfg.MaxTagBytes, t.seed)
+	if err != nil {
+		return nil, err
+	}
+	t.reg = reg
+	reg.releaseWith(t)
 	t.policies.Store(&set)
 	t.maxTagBytes.Store(int64(cfg.MaxTagBytes))
+	reg.writePolicies(set)
 	for i := range t.shards {
-		t.shards[i].init(shardCapacity(cfg.MaxTags, n, i), uint64(i)+1, t.seed, set, &t.slots)
+		t.shards[i].init(i, reg, shardCapacity(cfg.MaxTags, n, i), uint64(i)+1, t.seed, set, &t.slots)
 	}
 	return t, nil
 }
 
 func checkConfig(cfg Config, old policySet) (policySet, error) {
-	if cfg.MaxTags < 1 {
-		return nil, fmt.Errorf("bucket: max tags must be >= 1, got %d", cfg.MaxTags)
+	if cfg.MaxTags < 1 || cfg.MaxTags > MaxTagsLimit {
+		return nil, fmt.Errorf("bucket: max tags must be between 1 and %d, got %d", MaxTagsLimit, cfg.MaxTags)
 	}
 	if cfg.MaxTagBytes < MinTagBytes || cfg.MaxTagBytes > MaxTagBytesLimit {
 		return nil, fmt.Errorf("bucket: max tag bytes must be between %d and %d, got %d", MinTagBytes, MaxTagBytesLimit, cfg.MaxTagBytes)
@@ -198,8 +213,11 @@ func (t *Table) Reconfigure(now time.Time, cfg Config) error {
 		return err
 	}
 	ns := now.UnixNano()
+	t.foldShared(*t.policies.Load())
 	t.policies.Store(&set)
 	t.maxTagBytes.Store(int64(cfg.MaxTagBytes))
+	t.reg.setMaxKey(cfg.MaxTagBytes)
+	t.reg.writePolicies(set)
 	byName := make(map[string]int, len(set))
 	for i := range set {
 		byName[set[i].Name] = i
@@ -234,7 +252,7 @@ func (t *Table) Allow(now time.Time, tag []byte) bool {
 	if max := int(t.maxTagBytes.Load()); len(tag) > max {
 		tag = digestKey(tag, max)
 	}
-	return t.allowKey(now.UnixNano(), tag, maphash.Bytes(t.seed, tag), set, pi)
+	return t.allowKey(now.UnixNano(), tag, Hash(t.seed, tag), set, pi)
 }
 
 // allowKey is Allow at ns (Unix nanoseconds) for a key that hashes to h,
@@ -295,39 +313,31 @@ func (t *Table) Forget(key string) bool {
 	defer s.mu.Unlock()
 	pos, ref := s.index.lookup(&s.arena, h, bytesOf(key))
 	if ref != 0 {
+		s.arena.rec(ref).kill()
 		s.removeAt(pos)
 	}
 	return ref != 0
 }
 
 // Drain appends to dst every tag with unreported hits, and their counts,
-// and zeroes those counts. It takes time in proportion to the number of
-// tags with hits, not to the size of the table. The keys drained from one
-// shard share one allocation.
+// and zeroes those counts: the hits served here and those served by
+// processes deciding from the shared table, which mark the records they
+// touch in the dirty bitmap. It takes time in proportion to the table's
+// memory in use (a bit per 8 bytes of records) and to the tags with hits.
+// The refusals counted in process go to the refusal sketches. The keys
+// drained from one shard share one allocation.
+//
+// A record's hits are capped at what its tag's policy could have served
+// between the last drain and the latest time the shard has seen.
 func (t *Table) Drain(dst []Hit) []Hit {
 	var lens []int
+	var keys []byte
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		if len(s.dirty) == 0 {
-			s.mu.Unlock()
-			continue
-		}
-		// One pass over the records, which are scattered in memory; the
-		// keys go to one buffer, cut into strings once it is complete.
 		first := len(dst)
-		lens = lens[:0]
-		keys := make([]byte, 0, 16*len(s.dirty))
-		for _, ref := range s.dirty {
-			r := s.arena.rec(ref)
-			k := r.key()
-			keys = append(keys, k...)
-			lens = append(lens, len(k))
-			dst = append(dst, Hit{Count: r.unreported()})
-			r.setUnreported(0)
-			r.setDirtyPos(0)
-		}
-		s.dirty = s.dirty[:0]
+		lens, keys = lens[:0], nil
+		dst, lens, keys = s.drain(s.now, dst, lens, keys)
 		s.mu.Unlock()
 		all := unsafe.String(unsafe.SliceData(keys), len(keys)) // keys is never written again
 		for j, n := range lens {
@@ -346,12 +356,11 @@ func (t *Table) Peek(now time.Time, key string) (State, error) {
 	defer s.mu.Unlock()
 	n := max(s.now, now.UnixNano())
 	_, ref := s.index.lookup(&s.arena, h, bytesOf(key))
+	p := &s.policies[match(s.policies, key)]
 	if ref == 0 {
-		p := &s.policies[match(s.policies, key)]
 		return State{Policy: p.Policy, Tokens: float64(p.Burst)}, ErrUnknownTag
 	}
 	r := s.arena.rec(ref)
-	p := &s.policies[r.policy()]
 	return State{Policy: p.Policy, Tracked: true, Tokens: p.tokens(r.tat(), n), Unreported: r.unreported()}, nil
 }
 
@@ -364,6 +373,7 @@ func (t *Table) Stats() Stats {
 		st.Tags += s.index.count
 		st.Evictions += s.evictions
 		st.EvictedHits += s.evictedHits
+		st.NoRoom += s.noRoom
 		s.mu.Unlock()
 	}
 	return st
@@ -389,6 +399,12 @@ func (t *Table) PolicyStats() []PolicyStats {
 			c := s.count(pi)
 			out[pi].OK += c.ok
 			out[pi].NO += c.no
+			if pi < countedPolicies {
+				ok, no, dry := t.reg.counted(i, pi)
+				out[pi].OK += ok
+				out[pi].NO += no
+				out[pi].DryRunRefused += dry
+			}
 		}
 		s.mu.Unlock()
 	}
@@ -409,10 +425,9 @@ func (t *Table) Key(tag []byte) string {
 	return string(tag)
 }
 
-// shardFor returns the hash of key and its shard. maphash.String and
-// maphash.Bytes hash equal contents alike.
+// shardFor returns the hash of key and its shard.
 func (t *Table) shardFor(key string) (uint64, *shard) {
-	h := maphash.String(t.seed, key)
+	h := hashString(t.seed, key)
 	return h, &t.shards[h>>t.shift]
 }
 

@@ -3,6 +3,7 @@ package bucket
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"sort"
 	"strings"
 	"sync"
@@ -422,7 +423,11 @@ func TestDrainVisitsOnlyHitTags(t *testing.T) {
 	listed := func() int {
 		n := 0
 		for i := range tb.shards {
-			n += len(tb.shards[i].dirty)
+			for _, c := range tb.shards[i].arena.chunks {
+				for w, live := range c.live {
+					n += bits.OnesCount64(tb.reg.dirty[c.ref>>6+uint32(w)] & live)
+				}
+			}
 		}
 		return n
 	}

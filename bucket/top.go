@@ -1,8 +1,6 @@
 package bucket
 
 import (
-	"hash/maphash"
-
 	"github.com/dthrottle/dthrottle/topk"
 )
 
@@ -126,7 +124,7 @@ func (s *shard) flushCounted() {
 		r := s.arena.rec(c.ref)
 		pi := r.policy()
 		if pi < len(s.policies) && s.policies[pi].Action == Limit {
-			if key := r.key(); maphash.Bytes(s.seed, key) == c.h {
+			if key := r.key(); Hash(s.seed, key) == c.h {
 				s.refused(pi, c.h, key, uint64(c.n))
 				*c = refusalCount{}
 				continue

@@ -1,7 +1,6 @@
 package bucket
 
 import (
-	"hash/maphash"
 	"math"
 	"time"
 )
@@ -49,7 +48,7 @@ func (t *Table) AllowN(now time.Time, tag []byte, n int) Verdict {
 	if max := int(t.maxTagBytes.Load()); len(tag) > max {
 		tag = digestKey(tag, max)
 	}
-	h := maphash.Bytes(t.seed, tag)
+	h := Hash(t.seed, tag)
 	s := &t.shards[h>>t.shift]
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -93,12 +92,21 @@ func (s *shard) allowN(now int64, h uint64, key []byte, pi int, n int) Verdict {
 	}
 	pos, ref := s.index.lookup(&s.arena, h, key)
 	if ref == 0 {
-		ref = s.insert(now, h, pos, key, pi)
+		if ref = s.insert(now, h, pos, key, pi); ref == 0 {
+			s.count(pi).ok++ // no room to track it: a full bucket serves
+			return Verdict{Allowed: true, Policy: p.Policy, Tokens: float64(p.Burst - n)}
+		}
 	}
 	r := s.arena.rec(ref)
-	tat := max(r.tat(), now)
 	cost := int64(n) * p.perToken // n <= burst: at most debtAt, no overflow
 	serveBy := p.debtAt - cost    // served while tat-now <= serveBy
+	var tat int64
+	for {
+		tat0 := r.tat()
+		if tat = max(tat0, now); tat-now > serveBy || r.casTat(tat0, tat+cost) {
+			break
+		}
+	}
 	if tat-now > serveBy {
 		s.refusedRec(pi, h, key, ref)
 		v := Verdict{Policy: p.Policy, Tokens: p.tokens(tat, now),
@@ -112,12 +120,7 @@ func (s *shard) allowN(now int64, h uint64, key []byte, pi int, n int) Verdict {
 	}
 	s.count(pi).ok++
 	tat += cost
-	r.setTat(tat)
-	u := uint64(r.unreported()) + uint64(n)
-	r.setUnreported(uint32(min(u, math.MaxUint32)))
-	if r.dirtyPos() == 0 {
-		s.list(r, ref)
-	}
+	s.unreported(r, ref, uint32(n))
 	return Verdict{Allowed: true, Policy: p.Policy, Tokens: p.tokens(tat, now),
 		Wait: time.Duration(max(tat-now-serveBy, 0)), Full: time.Duration(tat - now)}
 }

@@ -1,0 +1,162 @@
+package bucket
+
+import (
+	"encoding/binary"
+	"math"
+	"math/bits"
+	"os"
+	"sync/atomic"
+	"time"
+)
+
+// This file is the table's side of sharing: what the daemon writes into
+// the table file for processes deciding in process (policies, heartbeat,
+// state), what it takes back from the state file (their hits, refusals
+// and counts), and the files it hands out. docs/shared-table.md is the
+// layout.
+
+// SharedFiles returns the table file and the state file, for handing to
+// processes that decide from the table, or nils for a table not made
+// Shared. The files stay the table's: do not close them.
+func (t *Table) SharedFiles() (table, state *os.File) { return t.reg.roFile, t.reg.rwFile }
+
+// Beat tells processes deciding from the table that the daemon still
+// keeps it: one who sees no beat for a second stops deciding from it.
+func (t *Table) Beat(now time.Time) {
+	atomic.StoreUint64(t.reg.u64(hdrHeartbeat), uint64(now.UnixNano()))
+}
+
+// Retire tells processes deciding from the table that the daemon left
+// it: they attach again.
+func (t *Table) Retire() { t.reg.setState(stateRetired) }
+
+// setMaxKey publishes the longest tag kept verbatim.
+func (r *region) setMaxKey(n int) { atomic.StoreUint32(r.u32(hdrMaxKey), uint32(n)) }
+
+// writePolicies writes set into the policy block not in force and puts it
+// in force, under the policy sequence (odd while it changes). A set too
+// large for a block sends every process to ask instead.
+func (r *region) writePolicies(set policySet) {
+	x := set[0].index
+	size := 16 + 32*len(set) + 8*len(x.nodes) + 8*len(x.edges)
+	if size > policyBlockMax {
+		r.setState(stateAsking)
+		return
+	}
+	seq := r.u32(hdrPolicySeq)
+	atomic.AddUint32(seq, 1)
+	off := r.policyBlocks[r.policyNext]
+	r.policyNext = 1 - r.policyNext
+	b := r.ro[off : off+uint64(size)]
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], uint32(len(set)))
+	le.PutUint32(b[4:], uint32(len(x.nodes)))
+	le.PutUint32(b[8:], uint32(len(x.edges)))
+	le.PutUint32(b[12:], 0)
+	p := b[16:]
+	for i := range set {
+		c := &set[i]
+		clear(p[:32])
+		p[0] = byte(c.Action)
+		if c.DryRun {
+			p[1] = 1
+		}
+		le.PutUint32(p[4:], uint32(max(c.Burst, 0)))
+		le.PutUint64(p[8:], uint64(c.perToken))
+		le.PutUint64(p[16:], uint64(c.allowAt))
+		le.PutUint64(p[24:], math.Float64bits(c.Rate))
+		p = p[32:]
+	}
+	for _, n := range x.nodes {
+		le.PutUint32(p[0:], n.first)
+		le.PutUint16(p[4:], n.n)
+		le.PutUint16(p[6:], n.policy)
+		p = p[8:]
+	}
+	for _, e := range x.edges {
+		le.PutUint32(p[0:], uint32(e.b))
+		le.PutUint32(p[4:], e.next)
+		p = p[8:]
+	}
+	atomic.StoreUint64(r.u64(hdrPolicyActive), off)
+	atomic.AddUint32(seq, 1)
+}
+
+// counted returns the queries shard si answered in process under policy
+// pi.
+func (r *region) counted(si, pi int) (ok, no, dry uint64) {
+	c := r.counter(si, pi)
+	return atomic.LoadUint64(&c[0]), atomic.LoadUint64(&c[1]), atomic.LoadUint64(&c[2])
+}
+
+// foldShared moves the counts made in process under the policies of old
+// into those policies' totals, before a reload renumbers the policies.
+func (t *Table) foldShared(old policySet) {
+	for si := range t.shards {
+		for pi := 0; pi < len(old) && pi < countedPolicies; pi++ {
+			c := t.reg.counter(si, pi)
+			ok, no, dry := atomic.SwapUint64(&c[0], 0), atomic.SwapUint64(&c[1], 0), atomic.SwapUint64(&c[2], 0)
+			old[pi].counts.ok.Add(ok)
+			old[pi].counts.no.Add(no)
+			if dry != 0 {
+				old[pi].counts.stripe().dry.Add(dry)
+			}
+		}
+	}
+}
+
+// drain appends the shard's records with unreported hits to dst, their
+// keys' lengths to lens and their keys to keys, found through the dirty
+// bitmap over the shard's chunks, and hands the refusals counted in
+// process to the sketches. A dirty bit that names no live record is
+// ignored, and a record's hits are capped at what its tag's policy could
+// have served since the last drain (plus what was charged to it), so
+// that no garbage written into the state file reaches the peers as debt.
+func (s *shard) drain(now int64, dst []Hit, lens []int, keys []byte) ([]Hit, []int, []byte) {
+	reg := s.arena.reg
+	if s.lastDrain == 0 {
+		s.lastDrain = s.born
+	}
+	elapsed := max(now-s.lastDrain, 0)
+	s.lastDrain = now
+	for ci := range s.arena.chunks {
+		c := &s.arena.chunks[ci]
+		w0 := c.ref >> 6
+		for w := range c.live {
+			d := &reg.dirty[w0+uint32(w)]
+			if atomic.LoadUint64(d) == 0 {
+				continue
+			}
+			set := atomic.SwapUint64(d, 0) & c.live[w]
+			for set != 0 {
+				ref := c.ref + uint32(w*64+bits.TrailingZeros64(set))
+				set &= set - 1
+				r := s.arena.rec(ref)
+				u, rf := r.takeUnreported(), r.takeRefused()
+				if u == 0 && rf == 0 {
+					continue
+				}
+				key := r.key()
+				if len(key) == 0 {
+					continue
+				}
+				pi := match(s.policies, key)
+				p := &s.policies[pi]
+				if p.Action != Limit {
+					continue
+				}
+				if u != 0 {
+					limit := uint64(p.Burst) + uint64(elapsed/p.perToken) + 1 + uint64(s.charged[ref])
+					dst = append(dst, Hit{Count: uint32(min(uint64(u), limit, math.MaxUint32))})
+					keys = append(keys, key...)
+					lens = append(lens, len(key))
+				}
+				if rf != 0 {
+					s.refused(pi, Hash(s.seed, key), key, uint64(rf))
+				}
+			}
+		}
+	}
+	clear(s.charged)
+	return dst, lens, keys
+}
