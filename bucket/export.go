@@ -64,11 +64,8 @@ func (t *Table) exportShard(now time.Time, i int, dst []Level, keys []byte, repo
 		}
 		r := s.arena.rec(uint32(e))
 		tat := r.tat()
+		p := s.policyOf(r)
 		if reported {
-			p := &s.policies[0]
-			if pi := r.policy(); pi < len(s.policies) {
-				p = &s.policies[pi]
-			}
 			tat = p.without(tat, r.unreported(), n)
 		}
 		if tat <= n {
@@ -77,7 +74,7 @@ func (t *Table) exportShard(now time.Time, i int, dst []Level, keys []byte, repo
 		k := r.key()
 		keys = append(keys, k...)
 		// The key's length, kept in Key's length until keys stops moving.
-		dst = append(dst, Level{Key: k, Tokens: s.policies[r.policy()].tokens(tat, n)})
+		dst = append(dst, Level{Key: k, Tokens: p.tokens(tat, n)})
 	}
 	s.mu.Unlock()
 	off := keyStart

@@ -328,10 +328,7 @@ func (s *shard) evict(now int64) {
 		}
 		seen++
 		r := s.arena.rec(uint32(e))
-		p := &s.policies[0]
-		if pi := r.policy(); pi < len(s.policies) {
-			p = &s.policies[pi]
-		}
+		p := s.policyOf(r)
 		lack := max(r.tat()-now, 0)
 		debt := lack > p.debtAt
 		harm := float64(lack)/float64(p.perToken) + float64(r.unreported())
@@ -345,4 +342,13 @@ func (s *shard) evict(now int64) {
 	s.evictions++
 	s.evictedHits += uint64(s.arena.rec(uint32(slots[best])).kill())
 	s.removeAt(best)
+}
+
+// policyOf returns record r's policy. A caller deciding in process may
+// have overwritten the index: one out of range is the default's.
+func (s *shard) policyOf(r record) *compiled {
+	if pi := r.policy(); pi < len(s.policies) {
+		return &s.policies[pi]
+	}
+	return &s.policies[0]
 }

@@ -68,6 +68,7 @@ type Listen struct {
 	ChargeUnix  string `toml:"charge_unix" reload:"restart"` // Unix socket path of the charge socket, where a line "<n> <tag>" charges a cost known after the response; with unix_mode and unix_group; "" disables
 	ChargeTCP   string `toml:"charge_tcp" reload:"restart"`  // TCP "host:port" of the charge socket, e.g. "127.0.0.1:7073"; "" disables; a non-loopback address is warned about at start
 	MaxConns    int    `toml:"max_conns" reload:"restart"`   // most client connections open at once, on the query socket and on the charge socket each
+	ShareTable  bool   `toml:"share_table" reload:"restart"` // let processes that may connect to the Unix socket map the table and decide in process (docs/shared-table.md); false: they ask over the socket
 	MaxTagBytes int    `toml:"max_tag_bytes"`                // longer tags are keyed by a digest
 }
 
@@ -185,6 +186,7 @@ func Default() Config {
 			ChargeTCP:   "",                       // no charge socket over TCP
 			MaxConns:    protocol.DefaultMaxConns, // connections open at once
 			MaxTagBytes: 256,                      // longer tags are keyed by a digest
+			ShareTable:  true,                     // processes on the Unix socket may decide in process
 		},
 		Limit: Limit{
 			Rate:    1.0,     // one request per second per tag, long run

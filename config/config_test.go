@@ -29,7 +29,7 @@ func TestDefaultValidates(t *testing.T) {
 
 func TestDefaultValues(t *testing.T) {
 	want := Config{
-		Listen: Listen{Unix: DefaultUnixPath(), UnixMode: "0660", MaxConns: 10000, MaxTagBytes: 256},
+		Listen: Listen{Unix: DefaultUnixPath(), UnixMode: "0660", MaxConns: 10000, ShareTable: true, MaxTagBytes: 256},
 		Limit:  Limit{Rate: 1, Burst: 10, MaxTags: 1000000},
 		Gossip: Gossip{Interval: Duration{time.Second}, TTL: 1, Bind: ":7777", MaxPacket: 1400, WarmStart: true, MaxPeers: 1000},
 		Relay:  Relay{Mode: "off", Hold: 0.5, Bind: ":7778"},
@@ -70,7 +70,7 @@ func TestShippedExample(t *testing.T) {
 		t.Fatalf("Load(../dthrottle.toml): %v", err)
 	}
 	want := Config{
-		Listen: Listen{Unix: "/run/dthrottle/dthrottle.sock", UnixMode: "0660", MaxConns: 10000, MaxTagBytes: 256},
+		Listen: Listen{Unix: "/run/dthrottle/dthrottle.sock", UnixMode: "0660", MaxConns: 10000, ShareTable: true, MaxTagBytes: 256},
 		Limit:  Limit{Rate: 1, Burst: 10, MaxTags: 1000000},
 		Policy: []Policy{
 			{Name: "login", Prefix: "login:", Rate: 0.2, Burst: 5, Action: ActionLimit},

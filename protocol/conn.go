@@ -87,16 +87,21 @@ func (c *conn) serve() {
 			}
 		}
 		if err != nil {
-			switch {
-			case errors.Is(err, io.EOF):
-				c.answerLast()
-			case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, net.ErrClosed):
-				// Shutdown interrupted the read: the lines read are answered.
-			default:
-				c.log.Debug("protocol: read failed", "remote", remote(c.nc), "err", err)
-			}
+			c.readFailed(err)
 			return
 		}
+	}
+}
+
+// readFailed ends the connection after a read returned err.
+func (c *conn) readFailed(err error) {
+	switch {
+	case errors.Is(err, io.EOF):
+		c.answerLast()
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, net.ErrClosed):
+		// Shutdown interrupted the read: the lines read are answered.
+	default:
+		c.log.Debug("protocol: read failed", "remote", remote(c.nc), "err", err)
 	}
 }
 

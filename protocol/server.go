@@ -108,6 +108,10 @@ func newHandler(cfg Config) (_ *handler, maxConns int) {
 	return h, maxConns
 }
 
+// OfferTable lets the server's Unix connections attach to the shared
+// table that offer returns (attach.go). Call it before Serve.
+func (s *Server) OfferTable(offer Offer) { s.h.offer = offer }
+
 // Stats returns a snapshot of the server's counters. It visits every live
 // connection, so it costs in proportion to them: it is for scrapes, not for
 // a hot path.
@@ -121,6 +125,7 @@ func (s *Server) Stats() Stats {
 type handler struct {
 	decider Decider
 	charger Charger // set: the charge form (charge.go)
+	offer   Offer   // set: Unix connections may attach to the shared table (attach.go)
 	maxLine int     // MaxLine; tests lower it
 	now     func() time.Time
 	log     *slog.Logger
@@ -140,7 +145,9 @@ func (h *handler) ServeConn(ctx context.Context, nc net.Conn) {
 	h.conns[c] = struct{}{}
 	h.mu.Unlock()
 	stop := serve.InterruptReads(ctx, nc)
-	c.serve()
+	if uc, ok := nc.(*net.UnixConn); !ok || h.offer == nil || c.firstRead(uc, h.offer) {
+		c.serve()
+	}
 	stop()
 	h.mu.Lock()
 	delete(h.conns, c)

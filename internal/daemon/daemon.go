@@ -92,6 +92,7 @@ type Daemon struct {
 	version  string
 
 	table  *bucket.Table
+	beat   *beating        // the shared table's heartbeat, shared.go; nil when not shared
 	top    *topRun         // who is throttled, top.go
 	ways   []*way          // the ways in the config turns on, in the order of ways
 	passed []NamedListener // Options.Listeners, for the line protocol
@@ -220,6 +221,7 @@ func (d *Daemon) Close(grace time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	d.stopWays(ctx, grace)
+	d.stopBeat()
 	d.top.stopTop()
 	d.event(Event{Kind: Stopped, Stage: StageQueries})
 	if d.cfg.State.File != "" {
@@ -287,6 +289,7 @@ func tableConfig(cfg config.Config) bucket.Config {
 		Default:     bucket.Policy{Name: "default", Rate: cfg.Limit.Rate, Burst: cfg.Limit.Burst, DryRun: cfg.Limit.DryRun},
 		MaxTags:     cfg.Limit.MaxTags,
 		MaxTagBytes: cfg.Listen.MaxTagBytes,
+		Shared:      cfg.Listen.ShareTable,
 	}
 	for _, p := range cfg.Policy {
 		bp := bucket.Policy{Name: p.Name, Prefix: p.Prefix, Rate: p.Rate, Burst: p.Burst, DryRun: p.DryRun}

@@ -28,6 +28,7 @@ func (d *Daemon) openLine(cfg config.Config) (*way, error) {
 	}
 	warnFewFiles(cfg.Listen.MaxConns, d.log)
 	srv := protocol.NewServer(decider{d.table}, protocol.Config{MaxConns: cfg.Listen.MaxConns, Clock: d.now, Logger: d.log})
+	d.offerTable(srv)
 	w.srv = srv.Server
 	w.stats = func(s *admin.Snapshot) { s.Server = srv.Stats() }
 	w.metrics = srv.Collector()

@@ -1,0 +1,172 @@
+package bucket
+
+import (
+	"math/rand/v2"
+
+	"testing"
+)
+
+// sharedTable returns a table and a View over its memory, as another
+// process maps it, with the heartbeat at t0.
+func sharedTable(t *testing.T, def Policy, policies ...Policy) (*Table, *View) {
+	t.Helper()
+	tb, err := New(Config{Default: def, Policies: policies, MaxTags: 1000, MaxTagBytes: 64, Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tf, sf := tb.SharedFiles(); tf == nil || sf == nil {
+		t.Fatal("a shared table has no files")
+	}
+	v, err := NewView(tb.reg.ro, tb.reg.rw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.Beat(at(0))
+	return tb, v
+}
+
+func ns(sec float64) int64 { return at(sec).UnixNano() }
+
+// TestViewDecidesOnTheTable: a View spends the tokens the daemon's own
+// queries see, its hits are drained for the peers, its refusals reach
+// the sketches and its counts the policy stats; a tag the table does not
+// hold is asked.
+func TestViewDecidesOnTheTable(t *testing.T) {
+	tb, v := sharedTable(t, Policy{Rate: 1, Burst: 3})
+	if d := v.Decide(ns(0), []byte("a")); d.Code != Ask {
+		t.Fatalf("unknown tag: %v, want Ask", d.Code)
+	}
+	if !tb.Allow(at(0), []byte("a")) {
+		t.Fatal("first query refused")
+	}
+	var got []Code
+	for range 3 {
+		got = append(got, v.Decide(ns(0), []byte("a")).Code)
+	}
+	if got[0] != OK || got[1] != OK || got[2] != No {
+		t.Fatalf("in process: %v, want OK OK No", got)
+	}
+	if tb.Allow(at(0), []byte("a")) {
+		t.Fatal("the daemon serves what the view spent")
+	}
+	if d := v.Decide(ns(1), []byte("a")); d.Code != OK || d.Remaining != 0 || d.Limit != 3 {
+		t.Fatalf("a second later: %+v, want OK with 0 left of 3", d)
+	}
+	if got := formatHits(tb.Drain(nil)); got != "a=4" {
+		t.Fatalf("drained %q, want a=4 (1 by the daemon, 3 in process)", got)
+	}
+	st := tb.PolicyStats()[0]
+	if st.OK != 4 || st.NO != 2 {
+		t.Fatalf("policy stats OK %d NO %d, want 4 and 2", st.OK, st.NO)
+	}
+	refusals, _ := tb.TakeRefusals(nil)
+	if len(refusals) != 1 || len(refusals[0].Items) != 1 || refusals[0].Items[0].Count != 2 {
+		t.Fatalf("refusals %+v, want a refused twice", refusals)
+	}
+	// Peers' hits land on the tag decided in process.
+	tb.Spend(at(5), "a", 10)
+	tb.Beat(at(5))
+	if d := v.Decide(ns(5), []byte("a")); d.Code != No {
+		t.Fatalf("after a peer's 10 hits: %v, want No", d.Code)
+	}
+}
+
+// TestViewPolicies: prefix policies found through the shared trie, allow,
+// deny and dry run as the daemon answers them, a long tag asked.
+func TestViewPolicies(t *testing.T) {
+	tb, v := sharedTable(t, Policy{Rate: 1, Burst: 5},
+		Policy{Prefix: "login:", Rate: 1, Burst: 1},
+		Policy{Prefix: "login:admin", Rate: 1, Burst: 2},
+		Policy{Prefix: "ok:", Action: Allow},
+		Policy{Prefix: "no:", Action: Deny},
+		Policy{Prefix: "dry:", Rate: 1, Burst: 1, DryRun: true})
+	for _, tag := range []string{"login:x", "login:admin7", "dry:1"} {
+		tb.Allow(at(0), []byte(tag))
+	}
+	cases := []struct {
+		tag  string
+		want Code
+	}{{"login:x", No}, {"login:admin7", OK}, {"login:admin7", No}, {"ok:1", OK}, {"no:1", No}, {"dry:1", OK}, {"dry:1", OK}}
+	for _, c := range cases {
+		if d := v.Decide(ns(0), []byte(c.tag)); d.Code != c.want {
+			t.Errorf("%s: %v, want %v", c.tag, d.Code, c.want)
+		}
+	}
+	long := make([]byte, 65)
+	if d := v.Decide(ns(0), long); d.Code != Ask {
+		t.Errorf("a tag past max_tag_bytes: %v, want Ask", d.Code)
+	}
+	for _, p := range tb.PolicyStats() {
+		if p.Prefix == "dry:" && p.DryRunRefused != 2 {
+			t.Errorf("dry run counted %d refusals, want 2", p.DryRunRefused)
+		}
+		if p.Prefix == "no:" && p.NO != 1 {
+			t.Errorf("deny counted %d, want 1", p.NO)
+		}
+	}
+	// A reload reaches the view without attaching again.
+	if err := tb.Reconfigure(at(0), Config{Default: Policy{Rate: 1, Burst: 5}, MaxTags: 1000, MaxTagBytes: 64}); err != nil {
+		t.Fatal(err)
+	}
+	if d := v.Decide(ns(0), []byte("no:1")); d.Code != Ask {
+		t.Errorf("no:1 after the deny policy went: %v, want Ask (a new tag)", d.Code)
+	}
+}
+
+// TestViewLeft: a retired table, or one without a heartbeat for a
+// second, is left.
+func TestViewLeft(t *testing.T) {
+	tb, v := sharedTable(t, Policy{Rate: 1, Burst: 5})
+	tb.Allow(at(0), []byte("a"))
+	if d := v.Decide(ns(1.5), []byte("a")); d.Code != Left {
+		t.Fatalf("1.5 s after the last beat: %v, want Left", d.Code)
+	}
+	tb.Beat(at(1.5))
+	if d := v.Decide(ns(1.5), []byte("a")); d.Code != OK {
+		t.Fatalf("after a beat: %v, want OK", d.Code)
+	}
+	tb.Retire()
+	if d := v.Decide(ns(1.5), []byte("a")); d.Code != Left {
+		t.Fatalf("retired: %v, want Left", d.Code)
+	}
+}
+
+// TestGarbageInTheStateFile writes random bytes over every record and
+// the dirty bitmap, as a caller gone wrong could: the daemon keeps
+// answering, draining, sweeping and exporting without a crash, and
+// reports no tag more hits than its policy could have served.
+func TestGarbageInTheStateFile(t *testing.T) {
+	tb, v := sharedTable(t, Policy{Rate: 1, Burst: 5})
+	tags := []string{"a", "bb", "ccc", "a-longer-tag-of-some-length"}
+	for _, tag := range tags {
+		tb.Allow(at(0), []byte(tag))
+	}
+	tb.Drain(nil)
+	rng := rand.New(rand.NewPCG(1, 2))
+	used := int(tb.reg.next.Load())
+	for round := range 50 {
+		for i := chunkSize; i < used; i++ {
+			tb.reg.records[i] = byte(rng.Uint32())
+		}
+		for i := range tb.reg.dirty[:used/64+1] {
+			tb.reg.dirty[i] = rng.Uint64()
+		}
+		now := float64(round) + 1
+		tb.Beat(at(now))
+		for _, tag := range tags {
+			tb.Allow(at(now), []byte(tag))
+			tb.Spend(at(now), tag, 3)
+			v.Decide(ns(now), []byte(tag))
+		}
+		for _, h := range tb.Drain(nil) {
+			if h.Count > 5+1+1+1 {
+				t.Fatalf("round %d: drained %d hits for %q in a second, more than a burst of 5 at 1/s allows", round, h.Count, h.Key)
+			}
+		}
+		tb.Export(at(now), func([]Level) error { return nil })
+		tb.Stats()
+		for i := range 200 {
+			tb.Allow(at(now), []byte{byte(i), byte(round)})
+		}
+	}
+}

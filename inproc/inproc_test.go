@@ -1,0 +1,232 @@
+package inproc
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dthrottle/dthrottle/config"
+	"github.com/dthrottle/dthrottle/internal/daemon"
+)
+
+// run starts a daemon on the Unix socket sock with the given [limit] and
+// returns a function that stops it.
+func run(t *testing.T, sock, limit string, share bool) func() {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "dthrottle.toml")
+	text := "[listen]\nunix = \"" + sock + "\"\n"
+	if !share {
+		text += "share_table = false\n"
+	}
+	text += "[limit]\n" + limit + "\n"
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.New(daemon.Options{Config: cfg, Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	for i := 0; ; i++ {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			break
+		}
+		if i == 500 {
+			t.Fatal("daemon not listening")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			d.Close(time.Second)
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// askSocket asks tags over a connection of its own.
+func askSocket(t *testing.T, sock string, tags ...string) string {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.Write([]byte(strings.Join(tags, "\n") + "\n"))
+	rd := bufio.NewReader(c)
+	var out []string
+	for range tags {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, strings.TrimSpace(line))
+	}
+	return strings.Join(out, " ")
+}
+
+func decide(tb *Table, tag string) string {
+	r := tb.Decide([]byte(tag))
+	a := "NO"
+	if r.OK {
+		a = "OK"
+	}
+	return a + "/" + [...]string{"local", "asked", "failed"}[r.Path]
+}
+
+// TestDecidesInProcess: a new tag is asked, then decided in process on
+// the state the socket decides on.
+func TestDecidesInProcess(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	run(t, sock, "rate = 0.001\nburst = 3", true)
+	tb, err := Open(sock, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	if !tb.Shared() {
+		t.Fatal("not shared")
+	}
+	var got []string
+	for range 4 {
+		got = append(got, decide(tb, "a"))
+	}
+	if want := "OK/asked OK/local OK/local NO/local"; strings.Join(got, " ") != want {
+		t.Fatalf("got %v, want %s", got, want)
+	}
+	if got := askSocket(t, sock, "a", "b"); got != "NO OK" {
+		t.Fatalf("socket after: %s, want NO OK", got)
+	}
+	if got := decide(tb, "b"); got != "OK/local" {
+		t.Fatalf("b after the socket inserted it: %s", got)
+	}
+	if st := tb.Stats(); st.Local != 4 || st.Asked != 1 || st.Attaches != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestSharingOff: with share_table = false every query is asked.
+func TestSharingOff(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	run(t, sock, "rate = 0.001\nburst = 2", false)
+	tb, err := Open(sock, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	if tb.Shared() {
+		t.Fatal("shared with share_table = false")
+	}
+	got := []string{decide(tb, "a"), decide(tb, "a"), decide(tb, "a")}
+	if strings.Join(got, " ") != "OK/asked OK/asked NO/asked" {
+		t.Fatalf("got %v", got)
+	}
+}
+
+// TestDaemonRestart: while the daemon is gone the fail mode answers;
+// once it is back the caller attaches again and decides in process,
+// without being restarted.
+func TestDaemonRestart(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	stop := run(t, sock, "rate = 0.001\nburst = 3", true)
+	tb, err := Open(sock, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	decide(tb, "a")
+	stop()
+	if got := decide(tb, "a"); got != "NO/failed" {
+		t.Fatalf("daemon stopped, fail closed: %s", got)
+	}
+	run(t, sock, "rate = 0.001\nburst = 3", true)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		time.Sleep(RetryEvery)
+		if got := decide(tb, "a"); got == "OK/asked" {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("not attached again: %s", got)
+		}
+	}
+	if got := decide(tb, "a"); got != "OK/local" {
+		t.Fatalf("after attaching again: %s", got)
+	}
+}
+
+// TestExactAcrossPaths hammers one tag from goroutines deciding in
+// process and a connection asking over the socket, for about a second:
+// exactly burst + rate x elapsed are served, within one.
+func TestExactAcrossPaths(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	run(t, sock, "rate = 200\nburst = 20", true)
+	tb, err := Open(sock, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	start := time.Now()
+	var served atomic.Int64
+	if tb.Decide([]byte("hot")).OK {
+		served.Add(1)
+	}
+	stopAt := start.Add(time.Second)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stopAt) {
+				if tb.Decide([]byte("hot")).OK {
+					served.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		rd := bufio.NewReader(c)
+		for time.Now().Before(stopAt) {
+			c.Write([]byte("hot\n"))
+			if line, _ := rd.ReadString('\n'); line == "OK\n" {
+				served.Add(1)
+			}
+		}
+	}()
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	lo, hi := 20+200*(elapsed-0.05)-1, 20+200*elapsed+1
+	if n := float64(served.Load()); n < lo || n > hi {
+		t.Fatalf("served %v in %.3fs, want between %.0f and %.0f", n, elapsed, lo, hi)
+	}
+	if st := tb.Stats(); st.Local == 0 {
+		t.Fatalf("nothing decided in process: %+v", st)
+	}
+}
