@@ -287,4 +287,3 @@ func (v *View) count(si, pi, k int) {
 		atomic.AddUint64(&v.counts[(si*countedPolicies+pi)*counterWords+k], 1)
 	}
 }
-
