@@ -42,6 +42,11 @@ const (
 	shardEntrySize  = 64
 	policyBlockMax  = 16 << 20
 	countedPolicies = 1024
+	// counterStripes spreads the counts made in process over cache lines:
+	// a decision counts in the stripe of its tag's hash (the top 6 bits of
+	// its fragment), so threads deciding on different tags rarely write
+	// the same line.
+	counterStripes = 64
 	counterWords    = 4
 	// recordGuard is room past the record area's end, so that reading a
 	// key of any length a record's bytes claim stays inside the mapping.
@@ -116,7 +121,7 @@ func newRegion(shared bool, shards, maxTags, maxKey int, seed uint64) (*region, 
 	recordsSize := min(uint64(tags)*128, maxRecordsSize)
 	recordsSize = (recordsSize + chunkSize - 1) &^ (chunkSize - 1)
 	countersOff := uint64(headerSize)
-	dirtyOff := pageUp(countersOff + uint64(shards*countedPolicies*counterWords*8))
+	dirtyOff := pageUp(countersOff + uint64(counterStripes*countedPolicies*counterWords*8))
 	recordsOff := pageUp(dirtyOff + recordsSize/64)
 	rwSize := pageUp(recordsOff + recordsSize + recordGuard)
 
@@ -272,7 +277,7 @@ func (r *region) publishIndex(i int, slots []uint64) {
 	atomic.StoreUint64(r.shardWord(i), uint64(off/8)<<32|uint64(len(slots)))
 }
 
-// counter returns shard si's counters of policy pi: ok, no, dry.
+// counter returns stripe si's counters of policy pi: ok, no, dry.
 func (r *region) counter(si, pi int) []uint64 {
 	o := (si*countedPolicies + pi) * counterWords
 	return r.counts[o : o+3 : o+3]

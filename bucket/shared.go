@@ -82,8 +82,8 @@ func (r *region) writePolicies(set policySet) {
 	atomic.AddUint32(seq, 1)
 }
 
-// counted returns the queries shard si answered in process under policy
-// pi.
+// counted returns the queries answered in process under policy pi and
+// counted in stripe si.
 func (r *region) counted(si, pi int) (ok, no, dry uint64) {
 	c := r.counter(si, pi)
 	return atomic.LoadUint64(&c[0]), atomic.LoadUint64(&c[1]), atomic.LoadUint64(&c[2])
@@ -92,7 +92,7 @@ func (r *region) counted(si, pi int) (ok, no, dry uint64) {
 // foldShared moves the counts made in process under the policies of old
 // into those policies' totals, before a reload renumbers the policies.
 func (t *Table) foldShared(old policySet) {
-	for si := range t.shards {
+	for si := range counterStripes {
 		for pi := 0; pi < len(old) && pi < countedPolicies; pi++ {
 			c := t.reg.counter(si, pi)
 			ok, no, dry := atomic.SwapUint64(&c[0], 0), atomic.SwapUint64(&c[1], 0), atomic.SwapUint64(&c[2], 0)

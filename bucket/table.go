@@ -392,6 +392,14 @@ func (t *Table) PolicyStats() []PolicyStats {
 		charges, charged := set[i].counts.chargeTotals()
 		out[i] = PolicyStats{Policy: set[i].Policy, OK: ok, NO: no, DryRunRefused: dry, Charges: charges, ChargedTokens: charged}
 	}
+	for si := range counterStripes {
+		for pi := 0; pi < len(out) && pi < countedPolicies; pi++ {
+			ok, no, dry := t.reg.counted(si, pi)
+			out[pi].OK += ok
+			out[pi].NO += no
+			out[pi].DryRunRefused += dry
+		}
+	}
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
@@ -399,12 +407,6 @@ func (t *Table) PolicyStats() []PolicyStats {
 			c := s.count(pi)
 			out[pi].OK += c.ok
 			out[pi].NO += c.no
-			if pi < countedPolicies {
-				ok, no, dry := t.reg.counted(i, pi)
-				out[pi].OK += ok
-				out[pi].NO += no
-				out[pi].DryRunRefused += dry
-			}
 		}
 		s.mu.Unlock()
 	}

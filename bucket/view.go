@@ -70,12 +70,12 @@ func NewView(table, state []byte) (*View, error) {
 		recOff > uint64(len(state)) || recSize > uint64(len(state))-recOff ||
 		dirtyOff > uint64(len(state)) || recSize/64 > uint64(len(state))-dirtyOff ||
 		countOff%8 != 0 || dirtyOff%8 != 0 || recOff%8 != 0 ||
-		countOff > uint64(len(state)) || uint64(v.shards*countedPolicies*counterWords*8) > uint64(len(state))-countOff {
+		countOff > uint64(len(state)) || uint64(counterStripes*countedPolicies*counterWords*8) > uint64(len(state))-countOff {
 		return nil, ErrNotTable
 	}
 	v.records = state[recOff : recOff+recSize]
 	v.dirty = words(state[dirtyOff : dirtyOff+recSize/64])
-	v.counts = words(state[countOff : countOff+uint64(v.shards*countedPolicies*counterWords*8)])
+	v.counts = words(state[countOff : countOff+uint64(counterStripes*countedPolicies*counterWords*8)])
 	return v, nil
 }
 
@@ -144,6 +144,7 @@ func (v *View) Decide(now int64, tag []byte) Decision {
 	if si >= v.shards {
 		return Decision{Code: Ask}
 	}
+	stripe := int(uint32(h) >> 26)
 	rec := v.find(si, h, tag)
 	if rec == nil {
 		return Decision{Code: Ask}
@@ -159,15 +160,15 @@ func (v *View) Decide(now int64, tag []byte) Decision {
 			d.Reset = tat - now
 			d.RetryAfter = tat - now - allowAt
 			if pol[1] != 0 { // dry run: serve, change nothing
-				v.count(si, pi, 0)
-				v.count(si, pi, 2)
+				v.count(stripe, pi, 0)
+				v.count(stripe, pi, 2)
 				d.Code = OK
 				return d
 			}
 			if atomic.AddUint32((*uint32)(unsafe.Pointer(&rec[recRefused])), 1) == 1 {
 				v.markDirty(rec)
 			}
-			v.count(si, pi, 1)
+			v.count(stripe, pi, 1)
 			return d
 		}
 		if v.hdr32(hdrPolicySeq) != seq {
@@ -177,7 +178,7 @@ func (v *View) Decide(now int64, tag []byte) Decision {
 			if atomic.AddUint32((*uint32)(unsafe.Pointer(&rec[recUnreported])), 1) == 1 {
 				v.markDirty(rec)
 			}
-			v.count(si, pi, 0)
+			v.count(stripe, pi, 0)
 			d.Code = OK
 			d.Reset = tat + per - now
 			d.Remaining = max((allowAt-(tat+per-now))/per+1, 0)
@@ -281,7 +282,7 @@ func (v *View) markDirty(rec []byte) {
 	}
 }
 
-// count adds one to counter k (0 ok, 1 no, 2 dry) of policy pi in shard si.
+// count adds one to counter k (0 ok, 1 no, 2 dry) of policy pi in stripe si.
 func (v *View) count(si, pi, k int) {
 	if pi < countedPolicies {
 		atomic.AddUint64(&v.counts[(si*countedPolicies+pi)*counterWords+k], 1)
