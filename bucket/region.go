@@ -47,7 +47,7 @@ const (
 	// its fragment), so threads deciding on different tags rarely write
 	// the same line.
 	counterStripes = 64
-	counterWords    = 4
+	counterWords   = 4
 	// recordGuard is room past the record area's end, so that reading a
 	// key of any length a record's bytes claim stays inside the mapping.
 	recordGuard = 128 << 10
