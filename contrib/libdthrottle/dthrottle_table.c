@@ -1,0 +1,425 @@
+/* dthrottle_table.c: the decision made in process. See dthrottle_table.h
+ * and docs/shared-table.md, whose steps the comments below number; the
+ * layout's constants are in dthrottle_internal.h, the header's checks in
+ * dthrottle_view.c, the hash in dthrottle_hash.c, the socket and the
+ * mappings in dthrottle_attach.c.
+ *
+ * Neither file is trusted. The fields that never change for a table's
+ * life are read once and checked by dt_view_init; everything else (the
+ * state, heartbeat, policy and max_key words, the shards' index words,
+ * the slots, the policy block, every record) is read when it is used,
+ * with the atomic load the layout asks for, and checked against the
+ * mappings' sizes before anything it names is touched. Loops run at most
+ * as many times as the count that bounds them (slots, tag bytes, edges),
+ * and the compare-and-swap at most DT_CAS_TRIES times.
+ *
+ * The policy block is read as a seqlock: policy_seq (even) before, the
+ * policy words with relaxed loads, an acquire fence, policy_seq again; a
+ * decision is committed only when both reads agree.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <string.h>
+
+#include "dthrottle_internal.h"
+
+#define DT_CAS_TRIES 64 /* lost compare-and-swaps before asking */
+
+/* ---- Policies (docs/shared-table.md, "Policy block"). ---- */
+
+/* pblock is the policy block in force, its counts checked against the
+ * table file: policies, nodes and edges lie within it. */
+struct pblock {
+    const unsigned char *policies, *nodes, *edges;
+    uint32_t np, nn, ne;
+};
+
+/* policy is one policy's fields. */
+struct policy {
+    unsigned action, dry_run;
+    uint32_t burst;
+    int64_t per_token, allow_at;
+};
+
+/* read_pblock finds the block policy_active names; 0, or -1 when it does
+ * not fit in the table file. */
+static int read_pblock(const struct dt_view *v, struct pblock *b)
+{
+    uint64_t off = ld64(v->table + H_POLICY_ACTIVE, __ATOMIC_RELAXED);
+    uint64_t size;
+    const unsigned char *p;
+
+    if ((off & 7) != 0 || !fits(off, 16, v->table_len)) {
+        return -1;
+    }
+    p = v->table + off;
+    b->np = ld32(p, __ATOMIC_RELAXED);
+    b->nn = ld32(p + 4, __ATOMIC_RELAXED);
+    b->ne = ld32(p + 8, __ATOMIC_RELAXED);
+    /* Each count is below 2^32: the sum cannot overflow 64 bits. */
+    size = (uint64_t)b->np * DT_POLICY_SIZE + (uint64_t)b->nn * 8 + (uint64_t)b->ne * 8;
+    if (b->np == 0 || b->nn == 0 || !fits(off + 16, size, v->table_len)) {
+        return -1;
+    }
+    b->policies = p + 16;
+    b->nodes = b->policies + (uint64_t)b->np * DT_POLICY_SIZE;
+    b->edges = b->nodes + (uint64_t)b->nn * 8;
+    return 0;
+}
+
+/* find_edge returns the child of the node whose edges are edges[first,
+ * first+n) for byte c, or -1 when it has none: a binary search over edges
+ * sorted by byte, the range checked by the caller. */
+static int64_t find_edge(const struct pblock *b, uint32_t first, uint32_t n,
+                         unsigned char c)
+{
+    uint32_t lo = first, hi = first + n;
+
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        uint64_t e = ld64(b->edges + (uint64_t)mid * 8, __ATOMIC_RELAXED);
+        unsigned char eb = (unsigned char)e;
+
+        if (eb == c) {
+            return (int64_t)(e >> 32);
+        }
+        if (eb < c) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return -1;
+}
+
+/* policy_of walks the trie from the root, one tag byte a step: the policy
+ * of the tag's longest prefix in it, 0 (the default) for none, or -1 when
+ * the trie names a node, edge or policy outside the block. At most n+1
+ * nodes are visited. */
+static int policy_of(const struct pblock *b, const unsigned char *tag, size_t n)
+{
+    uint32_t node = 0;
+    int best = 0;
+
+    for (size_t i = 0;; i++) {
+        uint64_t w;
+        uint32_t first, cnt, pol;
+        int64_t next;
+
+        if (node >= b->nn) {
+            return -1;
+        }
+        w = ld64(b->nodes + (uint64_t)node * 8, __ATOMIC_RELAXED);
+        first = (uint32_t)w;
+        cnt = (uint32_t)(w >> 32) & 0xFFFF;
+        pol = (uint32_t)(w >> 48);
+        if (pol != 0) {
+            best = (int)pol;
+        }
+        if (i == n || cnt == 0) {
+            break;
+        }
+        if (!fits(first, cnt, b->ne)) {
+            return -1;
+        }
+        if ((next = find_edge(b, first, cnt, tag[i])) < 0) {
+            break;
+        }
+        node = (uint32_t)next;
+    }
+    return (uint32_t)best < b->np ? best : -1;
+}
+
+/* read_policy reads policy pi (< b->np). */
+static void read_policy(const struct pblock *b, int pi, struct policy *p)
+{
+    const unsigned char *q = b->policies + (uint64_t)pi * DT_POLICY_SIZE;
+    uint64_t w = ld64(q, __ATOMIC_RELAXED);
+
+    p->action = (unsigned)(w & 0xFF);
+    p->dry_run = (unsigned)(w >> 8) & 0xFF;
+    p->burst = (uint32_t)(w >> 32);
+    p->per_token = (int64_t)ld64(q + 8, __ATOMIC_RELAXED);
+    p->allow_at = (int64_t)ld64(q + 16, __ATOMIC_RELAXED);
+}
+
+/* seq_holds reports whether policy_seq is still seq: the policy words
+ * read since are a consistent set. */
+static int seq_holds(const struct dt_view *v, uint32_t seq)
+{
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return ld32(v->table + H_POLICY_SEQ, __ATOMIC_RELAXED) == seq;
+}
+
+/* ---- The state file: records, dirty bits, counters. ---- */
+
+/* count adds one to counter c of (stripe, pi); a policy past the counted
+ * ones has no counters and is not counted. dt_view_init checked that every
+ * stripe < DT_STRIPES and pi < counted fit in the state file. */
+static void count(const struct dt_view *v, uint32_t stripe, int pi, int c)
+{
+    uint64_t off;
+
+    if ((uint32_t)pi >= v->counted || stripe >= DT_STRIPES) {
+        return;
+    }
+    off = v->counters_off +
+          ((uint64_t)stripe * v->counted + (uint64_t)pi) * DT_COUNTERS_SIZE +
+          (uint64_t)c * 8;
+
+    __atomic_fetch_add((uint64_t *)(void *)(v->state + off), 1, __ATOMIC_RELAXED);
+}
+
+/* mark_dirty sets the dirty bit of record ref, so that the daemon finds it
+ * at its next report. */
+static void mark_dirty(const struct dt_view *v, uint32_t ref)
+{
+    uint64_t word = ref >> 6;
+
+    if (word < v->dirty_words) {
+        __atomic_fetch_or((uint64_t *)(void *)(v->state + v->dirty_off + word * 8),
+                          (uint64_t)1 << (ref & 63), __ATOMIC_RELEASE);
+    }
+}
+
+/* record returns record ref, or NULL when its fixed fields do not lie
+ * within the record area. */
+static unsigned char *record(const struct dt_view *v, uint32_t ref)
+{
+    uint64_t off = (uint64_t)ref * 8;
+
+    if (ref == 0 || !fits(off, R_KEY, v->records_size)) {
+        return NULL;
+    }
+    return v->state + v->records_off + off;
+}
+
+/* key_is compares record ref's key with tag: 1 the same, 0 another, -1
+ * when the record or its key does not lie within the record area. The
+ * key is read once, length first: a writer changing it meanwhile gives
+ * a mismatch, never a read past the area. */
+static int key_is(const struct dt_view *v, uint32_t ref, const unsigned char *tag,
+                  size_t n)
+{
+    const unsigned char *r = record(v, ref), *k;
+    uint64_t pos = (uint64_t)ref * 8 + R_KEY, len = 0;
+    int shift = 0;
+
+    if (r == NULL) {
+        return -1;
+    }
+    /* The key length, a uvarint of at most 10 bytes. */
+    for (;;) {
+        unsigned char c;
+
+        if (pos >= v->records_size || shift > 63) {
+            return -1;
+        }
+        c = __atomic_load_n(v->state + v->records_off + pos, __ATOMIC_RELAXED);
+        pos++;
+        len |= (uint64_t)(c & 0x7F) << shift;
+        if (c < 0x80) {
+            break;
+        }
+        shift += 7;
+    }
+    if (!fits(pos, len, v->records_size)) {
+        return -1;
+    }
+    if (len != n) {
+        return 0;
+    }
+    k = v->state + v->records_off + pos;
+    return memcmp(k, tag, n) == 0;
+}
+
+/* find probes shard s's index for a key of fragment f that is tag (step
+ * 6): its reference, or 0 (ask) at an empty slot, after n slots, or when
+ * the index does not lie within the table file. A slot whose record does
+ * not lie within the record area holds no key, so not the tag's: the
+ * probe goes on. */
+static uint32_t find(const struct dt_view *v, uint32_t s, uint32_t f,
+                     const unsigned char *tag, size_t n)
+{
+    uint64_t w = ld64(v->table + v->shard_table + (uint64_t)s * DT_SHARD_ENTRY,
+                      __ATOMIC_ACQUIRE);
+    uint64_t off = (w >> 32) * 8, slots = w & 0xFFFFFFFF, i;
+
+    if (slots == 0 || !fits(off, slots * 8, v->table_len)) {
+        return 0;
+    }
+    i = ((uint64_t)f * slots) >> 32;
+    for (uint64_t probed = 0; probed < slots; probed++) {
+        uint64_t e = ld64(v->table + off + i * 8, __ATOMIC_ACQUIRE);
+
+        if (e == 0) {
+            return 0;
+        }
+        if ((uint32_t)(e >> 32) == f && key_is(v, (uint32_t)e, tag, n) == 1) {
+            return (uint32_t)e;
+        }
+        if (++i == slots) {
+            i = 0;
+        }
+    }
+    return 0;
+}
+
+/* ---- The decision (docs/shared-table.md, "The decision"). ---- */
+
+/* headers fills the result of limit policy p for a bucket ahead of now
+ * by ahead ns after the decision (tat' - now on OK, tat - now when the
+ * limit refused), as docs/shared-table.md says: on OK, remaining is
+ * (allow_at - (tat' - now)) / per_token + 1, dividing as C and Go do
+ * (truncating), at least 0; when refused, 0 and the time until a token. */
+static void headers(dt_result *res, const struct policy *p, int64_t ahead, int refused)
+{
+    int64_t q = (p->allow_at - ahead) / p->per_token + 1; /* both >= 0: no overflow */
+
+    res->remaining = refused || q < 0 ? 0 : q;
+    res->retry_after_ns = refused ? ahead - p->allow_at : 0;
+    res->reset_ns = ahead;
+}
+
+/* fixed answers an allow or deny policy, counted in stripe 0 (step 4). */
+static int fixed(const struct dt_view *v, int pi, const struct policy *p)
+{
+    if (p->action == ACT_ALLOW) {
+        count(v, 0, pi, C_OK);
+        return DT_OK;
+    }
+    if (p->dry_run) {
+        count(v, 0, pi, C_DRY);
+        count(v, 0, pi, C_OK);
+        return DT_OK;
+    }
+    count(v, 0, pi, C_NO);
+    return DT_NO;
+}
+
+/* spend decides for record ref under limit policy pi, whose words were
+ * read under seq, counting in stripe s (steps 7 to 10). */
+static int spend(const struct dt_view *v, uint32_t seq, uint32_t s, int pi,
+                 const struct policy *p, uint32_t ref, const unsigned char *tag,
+                 size_t n, int64_t now, dt_result *res)
+{
+    unsigned char *r = record(v, ref);
+    int64_t *tatp = (int64_t *)(void *)(r + R_TAT);
+
+    for (int tries = 0; tries < DT_CAS_TRIES; tries++) {
+        int64_t tat0 = __atomic_load_n(tatp, __ATOMIC_ACQUIRE);
+        int64_t tat, ahead, next, after;
+
+        /* 7: the record still holds the tag, under the same policy. */
+        if (tat0 == INT64_MIN || key_is(v, ref, tag, n) != 1 ||
+            ld16(r + R_POLICY, __ATOMIC_RELAXED) != (uint16_t)pi) {
+            return DT_ASK;
+        }
+        /* 8, the policy read checked consistent (9) before anything is
+         * decided from it, refusals included. */
+        tat = tat0 > now ? tat0 : now;
+        if (__builtin_sub_overflow(tat, now, &ahead) || !seq_holds(v, seq)) {
+            return DT_ASK;
+        }
+        if (ahead > p->allow_at) {
+            headers(res, p, ahead, 1);
+            if (p->dry_run) {
+                count(v, s, pi, C_DRY);
+                count(v, s, pi, C_OK);
+                return DT_OK;
+            }
+            if (__atomic_fetch_add((uint32_t *)(void *)(r + R_REFUSED), 1,
+                                   __ATOMIC_ACQ_REL) == 0) {
+                mark_dirty(v, ref);
+            }
+            count(v, s, pi, C_NO);
+            return DT_NO;
+        }
+        /* 9: served, ahead <= allow_at; a tat + per_token past 2^63 is
+         * not one the daemon wrote. */
+        if (__builtin_add_overflow(tat, p->per_token, &next) ||
+            __builtin_add_overflow(ahead, p->per_token, &after)) {
+            return DT_ASK;
+        }
+        if (__atomic_compare_exchange_n(tatp, &tat0, next, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+            /* 10 */
+            if (__atomic_fetch_add((uint32_t *)(void *)(r + R_UNREPORTED), 1,
+                                   __ATOMIC_ACQ_REL) == 0) {
+                mark_dirty(v, ref);
+            }
+            count(v, s, pi, C_OK);
+            headers(res, p, after, 0);
+            return DT_OK;
+        }
+    }
+    return DT_ASK;
+}
+
+/* table_left answers step 2: DT_LEFT when the daemon left the table,
+ * DT_ASK when it asks to be asked (state 3), 0 when live. */
+static int table_left(const struct dt_view *v, int64_t now)
+{
+    if (!dt_view_live(v, now)) {
+        return DT_LEFT;
+    }
+    return ld32(v->table + H_STATE, __ATOMIC_ACQUIRE) == ST_LIVE ? 0 : DT_ASK;
+}
+
+int dt_decide(dt_table *t, const char *tag, size_t n, int64_t now, dt_result *res)
+{
+    const unsigned char *k = (const unsigned char *)tag;
+    const struct dt_view *v;
+    struct pblock b;
+    struct policy p;
+    dt_result scratch;
+    uint32_t seq, shard;
+    uint64_t h;
+    uint32_t ref;
+    int pi, rc;
+
+    if (res == NULL) {
+        res = &scratch;
+    }
+    memset(res, 0, sizeof(*res));
+    res->policy = -1;
+    /* 1 */
+    if (n == 0) {
+        return DT_OK;
+    }
+    if ((v = __atomic_load_n(&t->view, __ATOMIC_ACQUIRE)) == NULL) {
+        return DT_ASK;
+    }
+    /* 2 */
+    if ((rc = table_left(v, now)) != 0) {
+        return rc;
+    }
+    /* 3 */
+    seq = ld32(v->table + H_POLICY_SEQ, __ATOMIC_ACQUIRE);
+    if ((seq & 1) != 0 || read_pblock(v, &b) != 0 || (pi = policy_of(&b, k, n)) < 0) {
+        return DT_ASK;
+    }
+    read_policy(&b, pi, &p);
+    res->policy = pi;
+    res->limit = p.burst;
+    /* 4 */
+    if (p.action == ACT_ALLOW || p.action == ACT_DENY) {
+        return seq_holds(v, seq) ? fixed(v, pi, &p) : DT_ASK;
+    }
+    /* 5 (max_key changes with a reload), and a limit policy the daemon
+     * would not have made */
+    if (n > ld32(v->table + H_MAX_KEY, __ATOMIC_RELAXED) || (uint32_t)pi >= v->counted ||
+        p.action != ACT_LIMIT || p.per_token < 1 || p.allow_at < 0) {
+        return DT_ASK;
+    }
+    /* 6 */
+    h = dt_hash(v->seed, k, n);
+    shard = v->shard_shift >= 64 ? 0 : (uint32_t)(h >> v->shard_shift);
+    if ((ref = find(v, shard, (uint32_t)h, k, n)) == 0) {
+        return DT_ASK;
+    }
+    /* 7 to 10, counted in the stripe of the fragment's top 6 bits */
+    return spend(v, seq, (uint32_t)h >> 26, pi, &p, ref, k, n, now, res);
+}
