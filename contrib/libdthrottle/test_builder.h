@@ -140,6 +140,7 @@ int tb_decide(dt_table *t, const char *tag, int64_t now, dt_result *res);
 void test_attach(void);
 void test_garbage(void);
 void test_fuzz(void);
+void test_threads(void);
 int write_golden(const char *dir);
 
 #endif
