@@ -419,7 +419,6 @@ static void test_headers(void)
     tb_free(&b);
 }
 
-/* ---- Threads racing for one bucket. ---- */
 static const struct {
     const char *name;
     void (*fn)(void);
