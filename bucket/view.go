@@ -82,11 +82,6 @@ func NewView(table, state []byte) (*View, error) {
 func (v *View) hdr32(off int) uint32 { return atomic.LoadUint32((*uint32)(unsafe.Pointer(&v.ro[off]))) }
 func (v *View) hdr64(off int) uint64 { return atomic.LoadUint64((*uint64)(unsafe.Pointer(&v.ro[off]))) }
 
-// Live reports whether the daemon keeps the table at now.
-func (v *View) Live(now int64) bool {
-	return v.hdr32(hdrState) == stateLive && now-int64(v.hdr64(hdrHeartbeat)) <= 1e9
-}
-
 // casRetries bounds a decision's compare-and-swap attempts on one record.
 const casRetries = 64
 
