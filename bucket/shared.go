@@ -35,7 +35,8 @@ func (r *region) setMaxKey(n int) { atomic.StoreUint32(r.u32(hdrMaxKey), uint32(
 
 // writePolicies writes set into the policy block not in force and puts it
 // in force, under the policy sequence (odd while it changes). A set too
-// large for a block sends every process to ask instead.
+// large for a block sends every process to ask instead, until a set that
+// fits puts the table back to live.
 func (r *region) writePolicies(set policySet) {
 	x := set[0].index
 	size := 16 + 32*len(set) + 8*len(x.nodes) + 8*len(x.edges)
@@ -43,6 +44,7 @@ func (r *region) writePolicies(set policySet) {
 		r.setState(stateAsking)
 		return
 	}
+	defer atomic.CompareAndSwapUint32(r.u32(hdrState), stateAsking, stateLive)
 	seq := r.u32(hdrPolicySeq)
 	atomic.AddUint32(seq, 1)
 	off := r.policyBlocks[r.policyNext]

@@ -91,10 +91,10 @@ func (v *View) Decide(now int64, tag []byte) Decision {
 		return Decision{Code: OK}
 	}
 	switch st := v.hdr32(hdrState); {
+	case st != stateLive && st != stateAsking || now-int64(v.hdr64(hdrHeartbeat)) > 1e9:
+		return Decision{Code: Left}
 	case st == stateAsking:
 		return Decision{Code: Ask}
-	case st != stateLive || now-int64(v.hdr64(hdrHeartbeat)) > 1e9:
-		return Decision{Code: Left}
 	}
 	seq := v.hdr32(hdrPolicySeq)
 	if seq&1 != 0 {
@@ -154,14 +154,14 @@ func (v *View) Decide(now int64, tag []byte) Decision {
 		if tat-now > allowAt {
 			d.Reset = tat - now
 			d.RetryAfter = tat - now - allowAt
-			if pol[1] != 0 { // dry run: serve, change nothing
+			if atomic.AddUint32((*uint32)(unsafe.Pointer(&rec[recRefused])), 1) == 1 {
+				v.markDirty(rec)
+			}
+			if pol[1] != 0 { // dry run: serve, spend nothing
 				v.count(stripe, pi, 0)
 				v.count(stripe, pi, 2)
 				d.Code = OK
 				return d
-			}
-			if atomic.AddUint32((*uint32)(unsafe.Pointer(&rec[recRefused])), 1) == 1 {
-				v.markDirty(rec)
 			}
 			v.count(stripe, pi, 1)
 			return d
@@ -176,7 +176,7 @@ func (v *View) Decide(now int64, tag []byte) Decision {
 			v.count(stripe, pi, 0)
 			d.Code = OK
 			d.Reset = tat + per - now
-			d.Remaining = max((allowAt-(tat+per-now))/per+1, 0)
+			d.Remaining = (allowAt - (tat - now)) / per // >= 0: rounds down
 			return d
 		}
 	}

@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"math"
 	"math/rand/v2"
 
 	"testing"
@@ -104,6 +105,21 @@ func TestViewPolicies(t *testing.T) {
 			t.Errorf("deny counted %d, want 1", p.NO)
 		}
 	}
+	// The dry run's would-be refusals made in process reach the heaviest
+	// refused tags at the next drain, as the daemon's own do.
+	tb.Drain(nil)
+	found := false
+	refusals, _ := tb.TakeRefusals(nil)
+	for _, r := range refusals {
+		for _, it := range r.Items {
+			if r.Policy == "dry:" && string(it.Key) == "dry:1" && it.Count == 2 {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Errorf("refusals %+v, want dry:1 refused twice under dry:", refusals)
+	}
 	// A reload reaches the view without attaching again.
 	if err := tb.Reconfigure(at(0), Config{Default: Policy{Rate: 1, Burst: 5}, MaxTags: 1000, MaxTagBytes: 64}); err != nil {
 		t.Fatal(err)
@@ -168,5 +184,57 @@ func TestGarbageInTheStateFile(t *testing.T) {
 		for i := range 200 {
 			tb.Allow(at(now), []byte{byte(i), byte(round)})
 		}
+	}
+}
+
+// TestViewRemainingAgreesWithVerdict: the whole tokens a View reports
+// left are the floor of the level the daemon's own verdict reports
+// (the HTTP endpoint's RateLimit header), at every fraction of a token.
+func TestViewRemainingAgreesWithVerdict(t *testing.T) {
+	for _, step := range []float64{0.1, 0.25, 0.5, 0.7, 0.9, 1.3} {
+		tb, v := sharedTable(t, Policy{Rate: 1, Burst: 4})
+		other, err := New(Config{Default: Policy{Rate: 1, Burst: 4}, MaxTags: 1000, MaxTagBytes: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb.Allow(at(0), []byte("a"))
+		other.Allow(at(0), []byte("a"))
+		for i := 1; i < 12; i++ {
+			now := float64(i) * step / 3
+			tb.Beat(at(now))
+			d := v.Decide(ns(now), []byte("a"))
+			vd := other.AllowN(at(now), []byte("a"), 1)
+			if (d.Code == OK) != vd.Allowed {
+				t.Fatalf("step %v query %d: view %v, verdict allowed %v", step, i, d.Code, vd.Allowed)
+			}
+			if want := int64(max(math.Floor(vd.Tokens), 0)); vd.Allowed && d.Remaining != want {
+				t.Fatalf("step %v query %d: remaining %d, verdict's level %.3f (floor %d)", step, i, d.Remaining, vd.Tokens, want)
+			}
+		}
+	}
+}
+
+// TestViewPolicyBlockTooLarge: a policy set too large for the shared
+// block sends processes to ask, and one that fits again lets them decide.
+func TestViewPolicyBlockTooLarge(t *testing.T) {
+	tb, v := sharedTable(t, Policy{Rate: 1, Burst: 3})
+	tb.Allow(at(0), []byte("a"))
+	set := *tb.policies.Load()
+	big := append(policySet(nil), set...)
+	x := *set[0].index
+	x.nodes = make([]trieNode, policyBlockMax/8)
+	big[0].index = &x
+	tb.reg.writePolicies(big)
+	if d := v.Decide(ns(0), []byte("a")); d.Code != Ask {
+		t.Fatalf("with a policy set too large to share: %v, want Ask", d.Code)
+	}
+	tb.reg.writePolicies(set)
+	if d := v.Decide(ns(0), []byte("a")); d.Code != OK {
+		t.Fatalf("with the set fitting again: %v, want OK", d.Code)
+	}
+	tb.Retire()
+	tb.reg.writePolicies(set)
+	if d := v.Decide(ns(0), []byte("a")); d.Code != Left {
+		t.Fatalf("a retired table after a reload: %v, want Left", d.Code)
 	}
 }

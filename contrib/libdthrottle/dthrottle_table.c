@@ -272,11 +272,12 @@ static uint32_t find(const struct dt_view *v, uint32_t s, uint32_t f,
 /* headers fills the result of limit policy p for a bucket ahead of now
  * by ahead ns after the decision (tat' - now on OK, tat - now when the
  * limit refused), as docs/shared-table.md says: on OK, remaining is
- * (allow_at - (tat' - now)) / per_token + 1, dividing as C and Go do
- * (truncating), at least 0; when refused, 0 and the time until a token. */
+ * (allow_at + per_token - (tat' - now)) / per_token, the whole tokens
+ * left (the numerator is allow_at - (tat - now) >= 0, so dividing rounds
+ * down), at least 0; when refused, 0 and the time until a token. */
 static void headers(dt_result *res, const struct policy *p, int64_t ahead, int refused)
 {
-    int64_t q = (p->allow_at - ahead) / p->per_token + 1; /* both >= 0: no overflow */
+    int64_t q = (p->allow_at - ahead + p->per_token) / p->per_token; /* no overflow: ahead >= per_token */
 
     res->remaining = refused || q < 0 ? 0 : q;
     res->retry_after_ns = refused ? ahead - p->allow_at : 0;
@@ -325,14 +326,14 @@ static int spend(const struct dt_view *v, uint32_t seq, uint32_t s, int pi,
         }
         if (ahead > p->allow_at) {
             headers(res, p, ahead, 1);
+            if (__atomic_fetch_add((uint32_t *)(void *)(r + R_REFUSED), 1,
+                                   __ATOMIC_ACQ_REL) == 0) {
+                mark_dirty(v, ref);
+            }
             if (p->dry_run) {
                 count(v, s, pi, C_DRY);
                 count(v, s, pi, C_OK);
                 return DT_OK;
-            }
-            if (__atomic_fetch_add((uint32_t *)(void *)(r + R_REFUSED), 1,
-                                   __ATOMIC_ACQ_REL) == 0) {
-                mark_dirty(v, ref);
             }
             count(v, s, pi, C_NO);
             return DT_NO;

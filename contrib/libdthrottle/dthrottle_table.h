@@ -46,8 +46,9 @@ enum {
 typedef struct {
     int policy;             /* the tag's policy (0 the default), -1 when none was found */
     uint32_t limit;         /* the policy's burst */
-    int64_t remaining;      /* on OK: (allow_at - (tat' - now)) / per_token + 1, truncating,
-                               at least 0 (tat' the tat after); 0 when the limit refused */
+    int64_t remaining;      /* on OK: the whole tokens left after the query,
+                               (allow_at + per_token - (tat' - now)) / per_token
+                               (tat' the tat after); 0 when the limit refused */
     int64_t retry_after_ns; /* when the limit refused: until one token (tat - now - allow_at);
                                else 0 */
     int64_t reset_ns;       /* until the bucket is full (tat' - now; tat - now when refused) */

@@ -257,12 +257,13 @@ static void test_fixed(void)
     CHECK_EQ(tb_counter(&b, 0, 3, TB_NO), 0);
 
     /* A dry run of a limit serves what the limit refuses, keeping the
-     * bucket as it is, and counts it dry and ok. */
+     * bucket as it is, counts it dry and ok, and leaves the would-be
+     * refusal for the daemon's heaviest refused tags. */
     CHECK_EQ(tb_decide(t, "drl:full", TB_T0, &r), DT_OK);
     CHECK_EQ(tb_tat(&b, full), TB_T0 + 5 * TB_S);
-    CHECK_EQ(tb_refused(&b, full), 0);
+    CHECK_EQ(tb_refused(&b, full), 1);
     CHECK_EQ(tb_unreported(&b, full), 0);
-    CHECK(!tb_dirty(&b, full));
+    CHECK(tb_dirty(&b, full));
     CHECK_EQ(tb_counter(&b, s, 4, TB_DRY), 1);
     CHECK_EQ(tb_counter(&b, s, 4, TB_OK), 1);
     CHECK_EQ(tb_counter(&b, s, 4, TB_NO), 0);
@@ -406,12 +407,12 @@ static void test_headers(void)
     CHECK_EQ(r.remaining, 4);                     /* a full bucket of 5, one taken */
     CHECK_EQ(r.reset_ns, per);
 
-    /* Half a token left after the query: the doc's truncating division
-     * says 1 remains, though the next query at the same instant is
-     * refused. */
+    /* Half a token left after the query: none remains whole (the next
+     * query at the same instant is refused), as the HTTP endpoint's
+     * RateLimit header rounds the level down. */
     tb_put64(tb_rec(&b, ref), 0, (uint64_t)(TB_T0 + 4 * per - per / 2));
     CHECK_EQ(tb_decide(t, "h:1", TB_T0, &r), DT_OK);
-    CHECK_EQ(r.remaining, 1);
+    CHECK_EQ(r.remaining, 0);
     CHECK_EQ(r.reset_ns, 4 * per + per / 2);
     CHECK_EQ(tb_decide(t, "h:1", TB_T0, &r), DT_NO);
     CHECK_EQ(r.retry_after_ns, per / 2);
