@@ -18,7 +18,7 @@ import (
 
 // run starts a daemon on the Unix socket sock with the given [limit] and
 // returns a function that stops it.
-func run(t *testing.T, sock, limit string, share bool) func() {
+func run(t testing.TB, sock, limit string, share bool) func() {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "dthrottle.toml")
