@@ -12,14 +12,22 @@ import (
 // construction of wyhash: fast for the short keys tags are, and keyed by
 // a seed each table draws at random, so that which tags collide cannot be
 // known in advance.
-func Hash(seed uint64, key []byte) uint64 {
-	const (
-		p0 = 0xa0761d6478bd642f
-		p1 = 0xe7037ed1a0b428db
-		p2 = 0x8ebc6af09c88c6e3
-	)
+func Hash(seed uint64, key []byte) uint64 { return hashMixed(mixSeed(seed), key) }
+
+const (
+	hashP0 = 0xa0761d6478bd642f
+	hashP1 = 0xe7037ed1a0b428db
+	hashP2 = 0x8ebc6af09c88c6e3
+)
+
+// mixSeed is Hash's first step, which depends on the seed alone: a
+// caller hashing many keys under one seed does it once.
+func mixSeed(seed uint64) uint64 { return seed ^ mix(seed^hashP0, hashP1) }
+
+// hashMixed is Hash of key under a seed mixSeed returned.
+func hashMixed(seed uint64, key []byte) uint64 {
+	const p1, p2 = hashP1, hashP2
 	n := len(key)
-	seed ^= mix(seed^p0, p1)
 	var a, b uint64
 	switch {
 	case n == 0:

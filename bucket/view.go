@@ -20,7 +20,7 @@ type View struct {
 	counts  []uint64
 	shards  int
 	shift   uint
-	seed    uint64
+	seed    uint64 // mixSeed of the table's seed
 }
 
 // Code is a View's answer.
@@ -62,7 +62,7 @@ func NewView(table, state []byte) (*View, error) {
 	v := &View{ro: table, rw: state}
 	v.shards = int(le.Uint32(table[hdrShards:]))
 	v.shift = uint(le.Uint32(table[hdrShift:]))
-	v.seed = le.Uint64(table[hdrSeed:])
+	v.seed = mixSeed(le.Uint64(table[hdrSeed:]))
 	recOff, recSize := le.Uint64(table[hdrRecordsOff:]), le.Uint64(table[hdrRecordsSize:])
 	dirtyOff, countOff := le.Uint64(table[hdrDirtyOff:]), le.Uint64(table[hdrCountersOff:])
 	if v.shards < 1 || v.shards > maxShards || v.shards&(v.shards-1) != 0 || v.shift > 64 ||
@@ -131,7 +131,7 @@ func (v *View) Decide(now int64, tag []byte) Decision {
 	if per < 1 || allowAt < 0 {
 		return Decision{Code: Ask}
 	}
-	h := Hash(v.seed, tag)
+	h := hashMixed(v.seed, tag)
 	si := 0
 	if v.shift < 64 {
 		si = int(h >> v.shift)
@@ -263,6 +263,10 @@ func (v *View) find(si int, h uint64, tag []byte) []byte {
 
 // recordIs reports whether rec holds key, reading its length bounded.
 func recordIs(rec, key []byte) bool {
+	if len(rec) > recKey && rec[recKey] < 0x80 { // a key shorter than 128 bytes
+		l := int(rec[recKey])
+		return l == len(key) && len(rec)-recKey-1 >= l && string(rec[recKey+1:recKey+1+l]) == string(key)
+	}
 	l, w := binary.Uvarint(rec[recKey:min(len(rec), recKey+3)])
 	if w <= 0 || l != uint64(len(key)) || uint64(len(rec)-recKey-w) < l {
 		return false
