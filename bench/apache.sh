@@ -3,24 +3,36 @@
 # serving a small static file to `ab -k -c 64`, side by side in one run:
 #
 #   none        Apache without throttling
-#   module      mod_dthrottle (contrib/apache), every child asking dthrottled
+#   module      mod_dthrottle (contrib/apache) as installed: dthrottled
+#               shares its table (the default), so every child decides in
+#               process; only the tag's first query is asked
+#   socket      mod_dthrottle against a dthrottled with [listen]
+#               share_table = false: every child asks every query over the
+#               socket (the module before the shared table)
+#   floor       mod_dthrottle asking a 40-line C epoll server that answers
+#               "OK\n" to every line (and shares nothing): what the
+#               socket's round trip costs Apache with a daemon that costs
+#               (next to) nothing
 #   rewritemap  the configuration-only path: mod_rewrite's RewriteMap
 #               "prg:dthrottle rewritemap" (contrib/apache/dthrottle.conf)
-#   floor       mod_dthrottle asking a 40-line C epoll server that answers
-#               "OK\n" to every line: what the module's round trip costs
-#               Apache with a daemon that costs (next to) nothing
 #
-# The policy never refuses (burst 1,000,000, rate 1e9), so every request
-# asks and is served: the figure is the price of asking. The three servers
-# run at once on their own loopback ports, against one dthrottled on a Unix
-# socket; the runs are interleaved (none, module, rewritemap, none, ...) so
-# the machine's load falls on all three alike. Printed: requests/s and the
-# 99th percentile latency (ab's, in whole ms) of each run, then the median
-# requests/s of each server and its ratio to "none".
+# The policy never refuses (burst 1,000,000 at a million tokens per
+# second: a second's worth of burst, which ab does not come near), so
+# every request is served: the figure is the price of deciding. (A burst
+# worth a millisecond, as at rate 1e9, would refuse now and then: a thread
+# whose clock reading is older than a millisecond when it decides, after a
+# preemption, finds the bucket ahead of it.) The servers run at once on
+# their own loopback ports, against two dthrottled on Unix sockets (one
+# sharing its table, one not); the runs are interleaved (none, module,
+# socket, ..., none, ...) so the machine's load falls on all alike.
+# Printed: requests/s and the 99th percentile latency (ab's, in whole ms)
+# of each run, then the median requests/s of each server and its ratio to
+# "none".
 #
 #   bench/apache.sh                   # 3 rounds of 100,000 requests each
 #   ROUNDS=5 REQUESTS=200000 bench/apache.sh
 #   CONCURRENCY=16 bench/apache.sh
+#   SERVERS="none module" ROUNDS=7 bench/apache.sh   # only these (none: the base)
 #
 # Needs apache2, apxs (Debian: apache2-dev) and ab (apache2-utils). As root
 # Apache's children run as www-data (or nobody).
@@ -55,11 +67,16 @@ trap cleanup EXIT
 
 go build -o "$tmp/dthrottled" ./cmd/dthrottled
 go build -o "$tmp/dthrottle" ./cmd/dthrottle
-mkdir "$tmp/mod"
-cp contrib/apache/*.c contrib/apache/*.h "$tmp/mod/"
-(cd "$tmp/mod" && apxs -c -Wc,-Wall -Wc,-Werror -Wc,-O2 \
-	mod_dthrottle.c dthrottle_client.c dthrottle_target.c dthrottle_status.c >build.log 2>&1) ||
-	{ cat "$tmp/mod/build.log" >&2; exit 1; }
+# The module with libdthrottle compiled in, built in a copy of both
+# directories (apxs leaves its objects beside the sources).
+mkdir -p "$tmp/mod/apache" "$tmp/mod/libdthrottle"
+cp contrib/apache/*.c contrib/apache/*.h "$tmp/mod/apache/"
+cp contrib/libdthrottle/dthrottle_*.c contrib/libdthrottle/dthrottle_*.h "$tmp/mod/libdthrottle/"
+(cd "$tmp/mod/apache" && apxs -c -Wc,-Wall -Wc,-Werror -Wc,-O2 \
+	mod_dthrottle.c dthrottle_client.c dthrottle_target.c dthrottle_status.c dthrottle_shared.c \
+	../libdthrottle/dthrottle_table.c ../libdthrottle/dthrottle_view.c ../libdthrottle/dthrottle_hash.c \
+	../libdthrottle/dthrottle_socket.c ../libdthrottle/dthrottle_attach.c >build.log 2>&1) ||
+	{ cat "$tmp/mod/apache/build.log" >&2; exit 1; }
 
 cat >"$tmp/floor.c" <<'C'
 /* floor: answer "OK\n" to every line, on a Unix socket, one thread. */
@@ -115,19 +132,26 @@ mkdir -m 755 "$tmp/www"
 echo "hello" >"$tmp/www/index.html"
 chmod 644 "$tmp/www/index.html"
 
-cat >"$tmp/dthrottle.toml" <<TOML
+# start_daemon NAME SHARE starts dthrottled on $tmp/NAME.sock, sharing its table
+# or not (SHARE: true or false).
+start_daemon() {
+	cat >"$tmp/$1.toml" <<TOML
 [listen]
-unix = "$tmp/d.sock"
+unix = "$tmp/$1.sock"
 unix_mode = "0666"
 max_conns = 10000
+share_table = $2
 [limit]
-rate = 1e9
+rate = 1e6
 burst = 1000000
 TOML
-"$tmp/dthrottled" -config "$tmp/dthrottle.toml" 2>"$tmp/dthrottled.log" &
-pids+=($!)
-for _ in $(seq 100); do [ -S "$tmp/d.sock" ] && break; sleep 0.05; done
-[ -S "$tmp/d.sock" ] || { cat "$tmp/dthrottled.log" >&2; exit 1; }
+	"$tmp/dthrottled" -config "$tmp/$1.toml" 2>"$tmp/$1.log" &
+	pids+=($!)
+	for _ in $(seq 100); do [ -S "$tmp/$1.sock" ] && break; sleep 0.05; done
+	[ -S "$tmp/$1.sock" ] || { cat "$tmp/$1.log" >&2; exit 1; }
+}
+start_daemon d true
+start_daemon d-socket false
 
 user=""
 if [ "$(id -u)" = 0 ]; then
@@ -149,7 +173,7 @@ LoadModule authz_core_module $MODULES/mod_authz_core.so
 LoadModule dir_module $MODULES/mod_dir.so
 LoadModule rewrite_module $MODULES/mod_rewrite.so
 LoadModule headers_module $MODULES/mod_headers.so
-LoadModule dthrottle_module $tmp/mod/.libs/mod_dthrottle.so
+LoadModule dthrottle_module $tmp/mod/apache/.libs/mod_dthrottle.so
 $user
 Listen 127.0.0.1:$port
 PidFile $dir/httpd.pid
@@ -186,6 +210,14 @@ DThrottleTimeout 1s
 	DThrottle Off
 	SetHandler dthrottle-status
 </Location>"
+ports[socket]=$(port)
+apache socket "${ports[socket]}" "DThrottle On
+DThrottleSocket $tmp/d-socket.sock
+DThrottleTimeout 1s
+<Location /dthrottle-status>
+	DThrottle Off
+	SetHandler dthrottle-status
+</Location>"
 ports[floor]=$(port)
 apache floor "${ports[floor]}" "DThrottle On
 DThrottleSocket $tmp/floor.sock
@@ -195,7 +227,8 @@ sed -e "s|/usr/local/bin/dthrottle rewritemap|$tmp/dthrottle rewritemap|" \
 	-e "s|/run/dthrottle/dthrottle.sock|$tmp/d.sock|" contrib/apache/dthrottle.conf >"$tmp/rewritemap.conf"
 apache rewritemap "${ports[rewritemap]}" "$(cat "$tmp/rewritemap.conf" contrib/apache/dthrottle-vhost.conf)"
 
-for name in none module floor rewritemap; do
+servers=${SERVERS:-none module socket floor rewritemap}
+for name in $servers; do
 	for _ in $(seq 100); do
 		curl -fs -o /dev/null "http://127.0.0.1:${ports[$name]}/index.html" 2>/dev/null && break
 		sleep 0.05
@@ -220,15 +253,18 @@ declare -A rps
 echo "ab -k -c $CONCURRENCY -n $REQUESTS, $ROUNDS interleaved rounds"
 # ab counts as "failed" a response whose length differs from the first's;
 # with -k a few happen in every configuration alike. CPU is in microseconds
-# per request: Apache (all its processes), the daemon asked (dthrottled,
-# or the floor's C server), the map program, ab;
+# per request: Apache (all its processes), the daemon asked (its own
+# dthrottled, or the floor's C server), the map program, ab;
 # switches are the machine's context switches per request.
 printf '%-11s %5s %11s %6s %6s | %7s %7s %7s %7s %8s\n' server round requests/s p99_ms failed \
 	apache daemon map ab switches
 for round in $(seq "$ROUNDS"); do
-	for name in none module floor rewritemap; do
-		daemon="$tmp/dthrottled -config"
-		if [ "$name" = floor ]; then daemon="$tmp/floor-server"; fi
+	for name in $servers; do
+		case $name in
+		floor) daemon="$tmp/floor-server" ;;
+		socket) daemon="$tmp/dthrottled -config $tmp/d-socket.toml" ;;
+		*) daemon="$tmp/dthrottled -config $tmp/d.toml" ;;
+		esac
 		a0=$(cpu_ticks "$tmp/$name/httpd.conf"); d0=$(cpu_ticks "$daemon")
 		m0=$(cpu_ticks "$tmp/dthrottle rewritemap"); s0=$(ctxt)
 		out=$( { TIMEFORMAT='%U %S'; time ab -q -k -c "$CONCURRENCY" -n "$REQUESTS" \
@@ -256,7 +292,7 @@ median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? 
 base=$(median <<<"${rps[none]}")
 echo
 printf '%-11s %14s %8s\n' server median_req/s ratio
-for name in none module floor rewritemap; do
+for name in $servers; do
 	m=$(median <<<"${rps[$name]}")
 	printf '%-11s %14.0f %8.2f\n' "$name" "$m" "$(awk -v a="$m" -v b="$base" 'BEGIN {print a / b}')"
 done
@@ -267,12 +303,17 @@ if [ -n "${PROFILE:-}" ] && command -v perf >/dev/null; then
 	echo "perf, one more mod_dthrottle run: CPU by command and by kernel or user space"
 	perf record -q -a -g -o "${PERF_DATA:-$tmp/perf.data}" -- ab -q -k -c "$CONCURRENCY" -n "$REQUESTS" \
 		"http://127.0.0.1:${ports[module]}/index.html" >/dev/null 2>&1
-	perf report -i "${PERF_DATA:-$tmp/perf.data}" --no-children --sort comm,dso -g none -q 2>/dev/null | grep . | head -10
+	perf report -i "${PERF_DATA:-$tmp/perf.data}" --no-children --sort comm,dso -g none -q 2>/dev/null | grep . | head -10 || true
+	echo "-- apache2's top functions"
+	perf report -i "${PERF_DATA:-$tmp/perf.data}" --no-children --comm apache2 --sort dso,sym -g none -q 2>/dev/null | grep . | head -15 || true
 	echo "-- dthrottled's top functions"
-	perf report -i "${PERF_DATA:-$tmp/perf.data}" --no-children --comm dthrottled --sort sym -g none -q 2>/dev/null | grep . | head -10
+	perf report -i "${PERF_DATA:-$tmp/perf.data}" --no-children --comm dthrottled --sort sym -g none -q 2>/dev/null | grep . | head -10 || true
 	echo
 fi
 # A query that timed out is served unasked (fail open), which costs less
-# than asking: the counters say how many there were.
-echo "mod_dthrottle counters (failed_open and backed_off: served unasked):"
-curl -fs "http://127.0.0.1:${ports[module]}/dthrottle-status"
+# than asking: the counters say how many there were, and who decided
+# (decided_shared: in process; asked: over the socket).
+for name in module socket; do
+	echo "mod_dthrottle counters, $name (failed_open and backed_off: served unasked):"
+	curl -fs "http://127.0.0.1:${ports[$name]}/dthrottle-status"
+done

@@ -21,8 +21,16 @@ import (
 	"time"
 )
 
-// modSources are the files of mod_dthrottle, built with apxs.
-var modSources = []string{"mod_dthrottle.c", "dthrottle_client.c", "dthrottle_target.c", "dthrottle_status.c"}
+// modSources are the files of mod_dthrottle, built with apxs in
+// contrib/apache: its own and libdthrottle's, compiled in.
+var modSources = []string{"mod_dthrottle.c", "dthrottle_client.c", "dthrottle_target.c",
+	"dthrottle_status.c", "dthrottle_shared.c", "../libdthrottle/dthrottle_table.c",
+	"../libdthrottle/dthrottle_view.c", "../libdthrottle/dthrottle_hash.c",
+	"../libdthrottle/dthrottle_socket.c", "../libdthrottle/dthrottle_attach.c"}
+
+// modHeaders are the headers those include.
+var modHeaders = []string{"dthrottle_client.h", "dthrottle_status.h", "dthrottle_shared.h",
+	"../libdthrottle/dthrottle_table.h", "../libdthrottle/dthrottle_internal.h"}
 
 var (
 	modOnce sync.Once
@@ -31,18 +39,21 @@ var (
 )
 
 // buildModDthrottle builds contrib/apache's module once per test binary,
-// with apxs -Wall -Werror, into the directory TestMain removes, and
-// returns the .so's path. Without apxs (Debian's apache2-dev) the test is
-// skipped, or fails under CI=true.
+// with apxs -Wall -Werror, into the directory TestMain removes (a copy of
+// contrib/apache and contrib/libdthrottle side by side, so that apxs
+// leaves nothing in the tree), and returns the .so's path. Without apxs
+// (Debian's apache2-dev) the test is skipped, or fails under CI=true.
 func buildModDthrottle(t *testing.T) string {
 	t.Helper()
 	apxs := requireTool(t, "apxs")
 	modOnce.Do(func() {
-		dir := filepath.Join(filepath.Dir(binary), "mod_dthrottle")
-		if modErr = os.MkdirAll(dir, 0o755); modErr != nil {
-			return
+		dir := filepath.Join(filepath.Dir(binary), "mod_dthrottle", "apache")
+		for _, d := range []string{dir, filepath.Join(dir, "../libdthrottle")} {
+			if modErr = os.MkdirAll(d, 0o755); modErr != nil {
+				return
+			}
 		}
-		for _, f := range append(modSources, "dthrottle_client.h", "dthrottle_status.h") {
+		for _, f := range append(append([]string{}, modSources...), modHeaders...) {
 			b, err := os.ReadFile(filepath.Join("../contrib/apache", f))
 			if err != nil {
 				modErr = err
@@ -69,8 +80,9 @@ func buildModDthrottle(t *testing.T) string {
 
 // sharedDaemon starts dthrottled with config (%SOCK% replaced) on a socket
 // that Apache's children can reach when they run as another user: in a
-// directory anyone may enter, with mode 0666. It returns the daemon and
-// the config's path, to start it again.
+// directory anyone may enter, with mode 0666. An admin endpoint on port 0
+// gets a free port, as startDaemon's does. It returns the daemon and the
+// config's path, to start it again.
 func sharedDaemon(t *testing.T, config string) (*daemon, string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "dthrottle-mod-")
@@ -79,8 +91,11 @@ func sharedDaemon(t *testing.T, config string) (*daemon, string) {
 	must(t, os.Chmod(dir, 0o755))
 	sock := filepath.Join(dir, "d.sock")
 	path := filepath.Join(dir, "dthrottle.toml")
-	must(t, os.WriteFile(path, []byte(strings.ReplaceAll(config, "%SOCK%", sock)), 0o644))
-	return runDaemon(t, sock, nil, "-config", path), path
+	config, admin := pinPort(t, strings.ReplaceAll(config, "%SOCK%", sock), "http")
+	must(t, os.WriteFile(path, []byte(config), 0o644))
+	d := runDaemon(t, sock, nil, "-config", path)
+	d.admin = admin
+	return d, path
 }
 
 // startModApache runs apache2 in the foreground with the given MPM

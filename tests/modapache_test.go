@@ -35,19 +35,56 @@ DThrottleRetryAfter 7
 `
 
 // TestModApache runs a real Apache (event MPM) with mod_dthrottle in
-// front of a real dthrottled at burst 3.
+// front of a real dthrottled at burst 3, which shares its table (the
+// default) or not: the answers are the same, and the counters say who
+// decided. Shared, a tag's first query is asked (the daemon inserts the
+// tag) and the rest are decided in Apache's children; the daemon counts
+// those decisions too (modapache_shared_test.go, TestModApacheSharedCounts).
 func TestModApache(t *testing.T) {
-	d, _ := sharedDaemon(t, `
+	for _, tc := range []struct {
+		name, listen  string
+		asked, shared string
+		log           string // a line each child logs at info
+	}{
+		{"shared", "", "3", "6", ""},
+		{"socket", "share_table = false\n", "9", "0", "DT00031"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, _ := sharedDaemon(t, `
 [listen]
 unix = "%SOCK%"
 unix_mode = "0666"
-[limit]
+`+tc.listen+`[limit]
 rate = 0.001
 burst = 3
 `)
-	a := startModApache(t, "event", fmt.Sprintf(modConfig, d.sock))
-	hc := &http.Client{Timeout: 10 * time.Second}
+			a := startModApache(t, "event", fmt.Sprintf(modConfig, d.sock))
+			modBasics(t, a)
+			got := a.counters(t, &http.Client{Timeout: 10 * time.Second})
+			want := map[string]string{"checked": "14", "asked": tc.asked, "decided_shared": tc.shared,
+				"served": "12", "refused": "2", "failed_open": "0", "failed_closed": "0",
+				"backed_off": "0", "bad_tag": "0", "no_tag": "5"}
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("counter %s = %q, want %q (all: %v)", k, got[k], v, got)
+				}
+			}
+			if tc.log != "" {
+				log, err := os.ReadFile(a.errLog)
+				must(t, err)
+				if !bytes.Contains(log, []byte(tc.log)) {
+					t.Errorf("the error log does not have %s:\n%s", tc.log, log)
+				}
+			}
+		})
+	}
+}
 
+// modBasics sends modConfig's requests of TestModApache: 14 checked (5 of
+// them without a tag), 12 served, 2 refused.
+func modBasics(t *testing.T, a *apacheServer) {
+	t.Helper()
+	hc := &http.Client{Timeout: 10 * time.Second}
 	// "/" is answered through mod_dir's subrequest for index.html, and the
 	// refusal through the ErrorDocument's internal redirect: neither asks
 	// again, or the second request would already be refused.
@@ -63,15 +100,6 @@ burst = 3
 	a.expect(t, hc, "/h/", "a", 200, 200, 200, 429)
 	a.expect(t, hc, "/h/", "b", 200)
 	a.expect(t, hc, "/h/", "", 200, 200, 200, 200, 200)
-
-	got := a.counters(t, hc)
-	want := map[string]string{"checked": "14", "asked": "9", "served": "12", "refused": "2",
-		"failed_open": "0", "failed_closed": "0", "backed_off": "0", "bad_tag": "0", "no_tag": "5"}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("counter %s = %q, want %q (all: %v)", k, got[k], v, got)
-		}
-	}
 }
 
 // TestModApacheInjection: a tag that would carry a second query line
@@ -127,12 +155,15 @@ burst = 3
 // TestModApacheOutage: with dthrottled frozen, every request is served
 // at once after the first timeout (fail open, backoff), or refused under
 // DThrottleFail closed; with it stopped, served; restarted, throttling
-// resumes without touching Apache.
+// resumes without touching Apache. This is the socket's outage (the
+// daemon shares no table, so every query is asked, with its timeout and
+// backoff); the shared table's is TestModApacheSharedOutage.
 func TestModApacheOutage(t *testing.T) {
 	const config = `
 [listen]
 unix = "%SOCK%"
 unix_mode = "0666"
+share_table = false
 [limit]
 rate = 0.001
 burst = 3
@@ -191,14 +222,23 @@ DThrottleBackoff 3s 3s
 	}
 }
 
-// TestModApacheMPMs runs mod_dthrottle under each MPM, over TCP, with
-// concurrent requests of a spent tag and of fresh tags: every spent one is
-// refused and every fresh one served, so no reply went to another query.
+// TestModApacheMPMs runs mod_dthrottle under each MPM, over TCP (asking
+// every query) and over the Unix socket (deciding from the shared table),
+// with concurrent requests of a spent tag and of fresh tags: every spent
+// one is refused and every fresh one served, so no reply went to another
+// query. Over the socket, the spent tag, which the daemon already tracks,
+// is decided in the children, and each fresh tag asked once.
 func TestModApacheMPMs(t *testing.T) {
 	for _, mpm := range []string{"event", "worker", "prefork"} {
-		t.Run(mpm, func(t *testing.T) {
-			port := freePort(t)
-			d, _ := sharedDaemon(t, fmt.Sprintf(`
+		for _, via := range []string{"tcp", "unix"} {
+			t.Run(mpm+"/"+via, func(t *testing.T) { modMPM(t, mpm, via) })
+		}
+	}
+}
+
+func modMPM(t *testing.T, mpm, via string) {
+	port := freePort(t)
+	d, _ := sharedDaemon(t, fmt.Sprintf(`
 [listen]
 unix = "%%SOCK%%"
 unix_mode = "0666"
@@ -207,55 +247,67 @@ tcp = "127.0.0.1:%d"
 rate = 0.001
 burst = 3
 `, port))
-			a := startModApache(t, mpm, fmt.Sprintf(`
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	if via == "unix" {
+		addr = d.sock
+	}
+	a := startModApache(t, mpm, fmt.Sprintf(`
 DThrottle On
-DThrottleSocket 127.0.0.1:%d
+DThrottleSocket %s
 DThrottleTimeout 5s
 DThrottleTag %%{HTTP:X-Client}
-`, port))
-			askDaemon(t, d.sock, "spent", "spent", "spent")
-			const n = 48
-			statuses := make([]int, n)
-			var wg sync.WaitGroup
-			tr := &http.Transport{DisableKeepAlives: true}
-			defer tr.CloseIdleConnections()
-			hc := &http.Client{Timeout: 20 * time.Second, Transport: tr}
-			errs := make(chan error, n)
-			for i := range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					client := "spent"
-					if i%2 == 1 {
-						client = fmt.Sprintf("fresh%d", i)
-					}
-					req, _ := http.NewRequest("GET", a.url+"/", nil)
-					req.Header.Set("X-Client", client)
-					resp, err := hc.Do(req)
-					if err != nil {
-						errs <- err
-						return
-					}
-					resp.Body.Close()
-					statuses[i] = resp.StatusCode
-				}()
+`, addr))
+	askDaemon(t, d.sock, "spent", "spent", "spent")
+	const n = 48
+	statuses := make([]int, n)
+	var wg sync.WaitGroup
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Timeout: 20 * time.Second, Transport: tr}
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := "spent"
+			if i%2 == 1 {
+				client = fmt.Sprintf("fresh%d", i)
 			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
+			req, _ := http.NewRequest("GET", a.url+"/", nil)
+			req.Header.Set("X-Client", client)
+			resp, err := hc.Do(req)
+			if err != nil {
+				errs <- err
+				return
 			}
-			for i, s := range statuses {
-				want := 429
-				if i%2 == 1 {
-					want = 200
-				}
-				if s != want {
-					log, _ := os.ReadFile(a.errLog)
-					t.Fatalf("request %d: status %d, want %d (all: %v)\nerror log:\n%s", i, s, want, statuses, log)
-				}
-			}
-		})
+			resp.Body.Close()
+			statuses[i] = resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i, s := range statuses {
+		want := 429
+		if i%2 == 1 {
+			want = 200
+		}
+		if s != want {
+			log, _ := os.ReadFile(a.errLog)
+			t.Fatalf("request %d: status %d, want %d (all: %v)\nerror log:\n%s", i, s, want, statuses, log)
+		}
+	}
+	want := map[string]string{"asked": "48", "decided_shared": "0"}
+	if via == "unix" {
+		want = map[string]string{"asked": "24", "decided_shared": "24"}
+	}
+	got := a.counters(t, hc)
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("counter %s = %q, want %q (all: %v)", k, got[k], v, got)
+		}
 	}
 }
 

@@ -44,8 +44,8 @@ enum {
     XR_BAD      /* anything else: a reset mid-reply, bytes that are not a reply */
 };
 
-/* dt_now returns a monotonic clock in nanoseconds. */
-static apr_uint64_t dt_now(void)
+/* mono_now returns a monotonic clock in nanoseconds. */
+static apr_uint64_t mono_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -93,9 +93,9 @@ static int set_timeout(int fd, apr_interval_time_t us)
     return setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) == 0 ? 0 : errno;
 }
 
-/* dt_connect opens a connection to t within timeout, or returns -1 and
+/* connect_target opens a connection to t within timeout, or returns -1 and
  * sets *err. */
-static int dt_connect(dt_target *t, apr_interval_time_t timeout, int *err)
+static int connect_target(dt_target *t, apr_interval_time_t timeout, int *err)
 {
     int fd = socket(t->family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
@@ -146,7 +146,7 @@ static int dt_exchange(int fd, const char *line, apr_size_t len,
             return sent == 0 ? XR_STALE : XR_BAD;
         }
         sent += (apr_size_t)n;
-        if (sent < len && dt_now() >= deadline) {
+        if (sent < len && mono_now() >= deadline) {
             *err = ETIMEDOUT;
             return XR_TIMEOUT;
         }
@@ -154,7 +154,7 @@ static int dt_exchange(int fd, const char *line, apr_size_t len,
     for (;;) {
         struct pollfd pfd;
         struct timespec ts;
-        apr_uint64_t now = dt_now(), left;
+        apr_uint64_t now = mono_now(), left;
         ssize_t n;
         int rc;
 
@@ -222,11 +222,11 @@ static apr_uint64_t backoff(int n, apr_interval_time_t min, apr_interval_time_t 
     return d * 1000;
 }
 
-dt_answer dt_ask(request_rec *r, dt_target *t, const char *line, apr_size_t len,
-                 apr_interval_time_t timeout, apr_interval_time_t min_backoff,
-                 apr_interval_time_t max_backoff)
+dt_answer dt_client_ask(request_rec *r, dt_target *t, const char *line, apr_size_t len,
+                        apr_interval_time_t timeout, apr_interval_time_t min_backoff,
+                        apr_interval_time_t max_backoff)
 {
-    apr_uint64_t start = dt_now();
+    apr_uint64_t start = mono_now();
     apr_uint64_t deadline = start + (apr_uint64_t)timeout * 1000;
     apr_uint64_t gen;
     int fd = -1, reused = 0, x = XR_BAD, err = 0, failures;
@@ -235,7 +235,7 @@ dt_answer dt_ask(request_rec *r, dt_target *t, const char *line, apr_size_t len,
     if (t->retry_at != 0) {
         if (start < t->retry_at) {
             apr_thread_mutex_unlock(t->mu);
-            return DT_BACKOFF;
+            return DT_ANSWER_BACKOFF;
         }
         /* This query is the probe; the others wait for its outcome. */
         t->retry_at = deadline;
@@ -249,7 +249,7 @@ dt_answer dt_ask(request_rec *r, dt_target *t, const char *line, apr_size_t len,
 
     for (;;) {
         if (fd < 0) {
-            fd = dt_connect(t, timeout, &err);
+            fd = connect_target(t, timeout, &err);
             if (fd < 0) {
                 x = XR_BAD;
                 break;
@@ -290,7 +290,7 @@ dt_answer dt_ask(request_rec *r, dt_target *t, const char *line, apr_size_t len,
                           "dthrottled at %s answers again, after %d failed "
                           "attempts", t->name, failures);
         }
-        return x == XR_OK ? DT_OK : DT_NO;
+        return x == XR_OK ? DT_ANSWER_OK : DT_ANSWER_NO;
     }
 
     if (fd >= 0) {
@@ -302,7 +302,7 @@ dt_answer dt_ask(request_rec *r, dt_target *t, const char *line, apr_size_t len,
         /* One failure per generation: the queries that fail together
          * count once. The idle connections predate it: drop them. */
         failures = ++t->failures;
-        t->retry_at = dt_now() + backoff(failures, min_backoff, max_backoff);
+        t->retry_at = mono_now() + backoff(failures, min_backoff, max_backoff);
         t->gen++;
         while (t->nidle > 0) {
             close(t->idle[--t->nidle]);
@@ -316,5 +316,5 @@ dt_answer dt_ask(request_rec *r, dt_target *t, const char *line, apr_size_t len,
                       "backoff (logged once per outage)", t->name,
                       x == XR_TIMEOUT ? " (timed out)" : "");
     }
-    return DT_FAILED;
+    return DT_ANSWER_FAILED;
 }

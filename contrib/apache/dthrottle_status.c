@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "apr_shm.h"
+#include "apr_strings.h"
 #include "httpd.h"
 #include "http_config.h"
 #include "http_log.h"
@@ -16,8 +17,8 @@
 APLOG_USE_MODULE(dthrottle);
 
 static const char *const names[DT_C_N] = {
-    "checked", "asked", "served", "refused", "failed_open", "failed_closed",
-    "backed_off", "bad_tag", "no_tag"
+    "checked", "asked", "decided_shared", "served", "refused", "failed_open",
+    "failed_closed", "backed_off", "bad_tag", "no_tag"
 };
 
 static apr_uint64_t local_counters[DT_C_N];
@@ -26,7 +27,9 @@ apr_uint64_t *dt_counters = local_counters;
 int dt_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
                    server_rec *s)
 {
-    static const char key[] = "dthrottle-counters";
+    /* The key names how many counters there are: a graceful restart into
+     * a module that counts more must not take a smaller block. */
+    const char *key = apr_psprintf(ptemp, "dthrottle-counters-%d", DT_C_N);
     apr_pool_t *pp = s->process->pool;
     void *data = NULL;
     apr_shm_t *shm;

@@ -14,15 +14,16 @@
 
 /* The counters; dthrottle_status.c names them. */
 enum {
-    DT_C_CHECKED,       /* requests decided: DThrottle On, main request, once */
-    DT_C_ASKED,         /* queries sent to dthrottled, answered or not */
-    DT_C_SERVED,        /* requests let through */
-    DT_C_REFUSED,       /* requests refused with DThrottleStatus */
-    DT_C_FAILED_OPEN,   /* served without an answer (DThrottleFail open) */
-    DT_C_FAILED_CLOSED, /* refused without an answer (DThrottleFail closed) */
-    DT_C_BACKED_OFF,    /* not asked: backing off after a failure */
-    DT_C_BAD_TAG,       /* not asked: the tag holds CR or LF, or is too long */
-    DT_C_NO_TAG,        /* not asked: an empty tag, served */
+    DT_C_CHECKED,        /* requests decided: DThrottle On, main request, once */
+    DT_C_ASKED,          /* queries sent to dthrottled, answered or not */
+    DT_C_DECIDED_SHARED, /* decided in a child, from the table dthrottled shares */
+    DT_C_SERVED,         /* requests let through */
+    DT_C_REFUSED,        /* requests refused with DThrottleStatus */
+    DT_C_FAILED_OPEN,    /* served without an answer (DThrottleFail open) */
+    DT_C_FAILED_CLOSED,  /* refused without an answer (DThrottleFail closed) */
+    DT_C_BACKED_OFF,     /* not asked: backing off after a failure */
+    DT_C_BAD_TAG,        /* not asked: the tag holds CR or LF, or is too long */
+    DT_C_NO_TAG,         /* not asked: an empty tag, served */
     DT_C_N
 };
 

@@ -39,6 +39,7 @@ const char *dt_target_make(apr_pool_t *p, const char *addr, dt_target **out)
             t->addrlen = sizeof(*un);
         }
         t->family = AF_UNIX;
+        t->path = apr_pstrdup(p, path);
     }
     else {
         char *host, *scope;

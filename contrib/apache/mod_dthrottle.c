@@ -1,17 +1,35 @@
-/* mod_dthrottle: throttle requests by asking dthrottled, from every child.
+/* mod_dthrottle: throttle requests with dthrottled, from every child.
  *
  * Each request for which "DThrottle On" applies computes a tag (the client
  * address by default, or any ap_expr: a header, a cookie, part of the
- * path), sends "prefix tag\n" to dthrottled and serves the request on
- * "OK", refuses it (429 and Retry-After by default) on "NO". Each child
- * process keeps its own connections (dthrottle_client.c), one per thread
- * asking at the same time, so children and their threads ask in parallel.
- * Only the main request asks: subrequests and internal redirects (mod_dir's
- * index, an ErrorDocument) do not ask a second time.
+ * path), puts the prefix before it, and serves the request on "OK",
+ * refuses it (429 and Retry-After by default) on "NO". Who says which:
  *
- * Build and install:
+ *  - the table dthrottled shares, when the daemon is on a Unix socket and
+ *    shares it (the default; dthrottle_shared.c): each child attaches when
+ *    it starts and decides in process, with no system call, every tag the
+ *    daemon tracks (counted decided_shared);
+ *  - otherwise the daemon, asked "prefix tag\n" over the socket
+ *    (dthrottle_client.c; counted asked): a tag the daemon does not track
+ *    yet (the daemon then inserts it, so its next request is decided in
+ *    process), a target over TCP, a daemon with [listen] share_table =
+ *    false, or a daemon that left the table (a stop, or no heartbeat for a
+ *    second), which the child attaches to again once it answers. Each
+ *    child keeps its own connections, one per thread asking at the same
+ *    time, each query bounded by DThrottleTimeout and followed by a
+ *    backoff after a failure; the fail mode answers when the daemon does
+ *    not.
+ *
+ * There is no directive for it: whoever may connect to the socket may
+ * attach and decide. Only the main request decides: subrequests and
+ * internal redirects (mod_dir's index, an ErrorDocument) do not ask a
+ * second time.
+ *
+ * Build and install (libdthrottle's sources are compiled in):
  *   apxs -i -a -c mod_dthrottle.c dthrottle_client.c dthrottle_target.c \
- *       dthrottle_status.c
+ *       dthrottle_status.c dthrottle_shared.c ../libdthrottle/dthrottle_table.c \
+ *       ../libdthrottle/dthrottle_view.c ../libdthrottle/dthrottle_hash.c \
+ *       ../libdthrottle/dthrottle_socket.c ../libdthrottle/dthrottle_attach.c
  * Directives: see the command table below and
  * docs/integrations/apache.md ("The module: mod_dthrottle").
  * Counters: SetHandler dthrottle-status, and mod_status's page.
@@ -31,6 +49,7 @@
 #include "mod_status.h"
 
 #include "dthrottle_client.h"
+#include "dthrottle_shared.h"
 #include "dthrottle_status.h"
 
 module AP_MODULE_DECLARE_DATA dthrottle_module;
@@ -65,6 +84,9 @@ typedef struct {
 static apr_array_header_t *targets;
 static dt_target *default_target;
 static int bad_tag_logged, expr_error_logged;
+/* Whether any DThrottleSocket was read, and whether one named the default:
+ * a default that may serve nothing is not attached to before it is used. */
+static int socket_named, default_named;
 
 static void *create_dir_conf(apr_pool_t *p, char *dir)
 {
@@ -129,9 +151,15 @@ static const char *set_enabled(cmd_parms *cmd, void *cv, int on)
 
 static const char *set_socket(cmd_parms *cmd, void *cv, const char *arg)
 {
-    const char *err = find_target(cmd->pool, arg, &((dt_conf *)cv)->target);
+    dt_conf *c = cv;
+    const char *err = find_target(cmd->pool, arg, &c->target);
 
-    return err ? apr_pstrcat(cmd->pool, "DThrottleSocket: ", err, NULL) : NULL;
+    if (err) {
+        return apr_pstrcat(cmd->pool, "DThrottleSocket: ", err, NULL);
+    }
+    socket_named = 1;
+    default_named |= c->target == default_target;
+    return NULL;
 }
 
 static const char *set_tag(cmd_parms *cmd, void *cv, const char *arg)
@@ -262,7 +290,8 @@ static const command_rec dt_cmds[] = {
                   "the status of a refused request (default 429)"),
     AP_INIT_TAKE1("DThrottleRetryAfter", set_retry_after, NULL, RSRC_CONF | ACCESS_CONF,
                   "Retry-After seconds on a refused request; 0 for none "
-                  "(default 1)"),
+                  "(default: the seconds until the bucket earns a token, when "
+                  "decided in process, else 1)"),
     AP_INIT_TAKE1("DThrottleMaxTagLength", set_max_tag, NULL, RSRC_CONF | ACCESS_CONF,
                   "the longest tag sent, prefix included (default 1024 bytes)"),
     AP_INIT_TAKE1("DThrottleBadTag", set_bad_tag, NULL, RSRC_CONF | ACCESS_CONF,
@@ -274,10 +303,12 @@ static const command_rec dt_cmds[] = {
     {NULL}
 };
 
-/* refuse answers a request with the configured status and Retry-After. */
-static int refuse(request_rec *r, const dt_conf *c)
+/* refuse answers a request with the configured status and Retry-After:
+ * DThrottleRetryAfter when set, else the seconds the shared table says
+ * the bucket needs for a token (table_retry, when above 0), else 1. */
+static int refuse(request_rec *r, const dt_conf *c, int table_retry)
 {
-    int retry = c->retry_after != -1 ? c->retry_after : 1;
+    int retry = c->retry_after != -1 ? c->retry_after : table_retry > 0 ? table_retry : 1;
 
     dt_count(DT_C_REFUSED);
     if (retry > 0) {
@@ -299,8 +330,11 @@ static int dt_check(request_rec *r)
     const dt_conf *c;
     const char *tag, *line;
     apr_size_t plen, tlen;
-    int max_tag;
+    int max_tag, retry = 0;
     request_rec *p;
+    dt_target *t;
+    dt_inproc_answer inproc;
+    dt_answer answer;
 
     if (r->main != NULL) {
         /* A subrequest: its main request decides. (Apache runs header
@@ -355,30 +389,43 @@ static int dt_check(request_rec *r)
                           "per process; see the bad_tag counter)", max_tag,
                           c->bad_tag_allow == 1 ? "allow" : "deny");
         }
-        return c->bad_tag_allow == 1 ? serve() : refuse(r, c);
+        return c->bad_tag_allow == 1 ? serve() : refuse(r, c, 0);
     }
     line = apr_pstrcat(r->pool, c->prefix ? c->prefix : "", tag, "\n", NULL);
+    t = c->target ? c->target : default_target;
 
-    switch (dt_ask(r, c->target ? c->target : default_target, line, plen + tlen + 1,
-                   c->timeout != -1 ? c->timeout : DT_DEFAULT_TIMEOUT,
-                   c->min_backoff != -1 ? c->min_backoff : DT_DEFAULT_MIN_BACKOFF,
-                   c->max_backoff != -1 ? c->max_backoff : DT_DEFAULT_MAX_BACKOFF)) {
-    case DT_OK:
+    /* In process first, from the table the daemon shares; the same tag as
+     * the socket's line, without its "\n". */
+    inproc = dt_inproc_decide(t, line, plen + tlen, &retry);
+    if (inproc == DT_INPROC_OK || inproc == DT_INPROC_NO) {
+        dt_count(DT_C_DECIDED_SHARED);
+        return inproc == DT_INPROC_OK ? serve() : refuse(r, c, retry);
+    }
+    answer = dt_client_ask(r, t, line, plen + tlen + 1,
+                           c->timeout != -1 ? c->timeout : DT_DEFAULT_TIMEOUT,
+                           c->min_backoff != -1 ? c->min_backoff : DT_DEFAULT_MIN_BACKOFF,
+                           c->max_backoff != -1 ? c->max_backoff : DT_DEFAULT_MAX_BACKOFF);
+    if (inproc == DT_INPROC_ATTACH
+        && (answer == DT_ANSWER_OK || answer == DT_ANSWER_NO)) {
+        dt_inproc_answered(r, t); /* the daemon is up: attach (again) */
+    }
+    switch (answer) {
+    case DT_ANSWER_OK:
         dt_count(DT_C_ASKED);
         return serve();
-    case DT_NO:
+    case DT_ANSWER_NO:
         dt_count(DT_C_ASKED);
-        return refuse(r, c);
-    case DT_FAILED:
+        return refuse(r, c, 0);
+    case DT_ANSWER_FAILED:
         dt_count(DT_C_ASKED);
         break;
-    case DT_BACKOFF:
+    case DT_ANSWER_BACKOFF:
         dt_count(DT_C_BACKED_OFF);
         break;
     }
     if (c->fail_closed == 1) {
         dt_count(DT_C_FAILED_CLOSED);
-        return refuse(r, c);
+        return refuse(r, c, 0);
     }
     dt_count(DT_C_FAILED_OPEN);
     return serve();
@@ -389,6 +436,7 @@ static int dt_pre_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp)
     const char *err;
 
     targets = apr_array_make(pconf, 4, sizeof(dt_target *));
+    socket_named = default_named = 0;
     if ((err = find_target(pconf, DT_DEFAULT_SOCKET, &default_target)) != NULL) {
         ap_log_perror(APLOG_MARK, APLOG_CRIT, 0, plog, DTLOGNO(00003)
                       "default socket: %s", err);
@@ -413,6 +461,11 @@ static void dt_child_init(apr_pool_t *pchild, server_rec *s)
                          "setting up the connections to %s", ts[i]->name);
             exit(APEXIT_CHILDSICK);
         }
+        /* Attached here, in each child, never in the parent they fork
+         * from; the default socket, when DThrottleSocket names others, on
+         * its first answer instead. */
+        dt_inproc_child_init(ts[i], pchild, s,
+                             ts[i] != default_target || default_named || !socket_named);
     }
 }
 
