@@ -5,28 +5,40 @@
 # own loopback ports: "off", the proxy alone, and "on", the ready-to-copy
 # configuration of contrib/ (nginx auth_request and Caddy forward_auth to
 # the HTTP decision endpoint; nginx's Lua module and HAProxy's Lua action
-# over the Unix socket),
-# every request spending a token of a tag that is never exhausted (burst
-# 1,000,000, rate 1e9). Runs are interleaved (nginx off, nginx on, caddy
-# off, ...) so the machine's load falls on all alike. Printed: requests/s
-# and the 99th percentile latency of each run, then the median requests/s
-# of each and the ratio on/off. Apache: bench/apache.sh.
+# over the Unix socket; nginx deciding in process from the shared table,
+# contrib/nginx/dthrottle-shared.conf with libdthrottle), every request
+# spending a token of a tag that is never exhausted (burst 1,000,000, rate
+# 1e9). Beside them, the proxies' own limiters, as anchors of what a
+# limiter inside the proxy costs: nginx's limit_req (a zone keyed by
+# $binary_remote_addr that never refuses) and an HAProxy stick table
+# (http_req_rate tracked per source, with a deny rule that never fires);
+# and nginx running an empty access_by_lua_block, what any Lua in the
+# access phase costs before it decides anything.
+# Runs are interleaved (nginx off, nginx on, caddy off, ...), each round
+# starting one further on, so the machine's load falls on all alike. Printed: requests/s and the 99th
+# percentile latency of each run, and the proxy's own CPU time per request
+# (dthrottled's not counted), then the median requests/s of each, the
+# ratio to the same proxy alone, and the median CPU per request of both.
+# On two cores shared with wrk, and with other work, requests/s swing by
+# tens of percent from run to run; CPU per request swings less. Apache:
+# bench/apache.sh.
 #
 #   bench/proxies.sh                 # 3 rounds of 5 s each
 #   ROUNDS=5 DURATION=10s bench/proxies.sh
 #
-# Needs nginx, caddy, haproxy and wrk (Debian: apt-get install -y nginx
-# caddy haproxy wrk).
+# Needs nginx with libnginx-mod-http-lua, caddy, haproxy, wrk, and cc and
+# make for libdthrottle (Debian: apt-get install -y nginx
+# libnginx-mod-http-lua caddy haproxy wrk gcc make).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5s}
 CONNS=${CONNS:-64}
-BASE=${BASE:-28080} # ports BASE to BASE+8 on 127.0.0.1, below the ephemeral range
+BASE=${BASE:-28080} # ports BASE to BASE+13 on 127.0.0.1, below the ephemeral range
 
-for tool in /usr/sbin/nginx caddy /usr/sbin/haproxy wrk; do
-	command -v "$tool" >/dev/null || { echo "proxies.sh: $tool not found (apt-get install -y nginx libnginx-mod-http-lua caddy haproxy wrk)" >&2; exit 1; }
+for tool in /usr/sbin/nginx caddy /usr/sbin/haproxy wrk cc make; do
+	command -v "$tool" >/dev/null || { echo "proxies.sh: $tool not found (apt-get install -y nginx libnginx-mod-http-lua caddy haproxy wrk gcc make)" >&2; exit 1; }
 done
 
 . bench/lib.sh
@@ -35,6 +47,11 @@ bench_tmp proxies
 bench_www
 
 go build -o "$tmp/dthrottled" ./cmd/dthrottled
+# libdthrottle, built from a copy of its sources so that the tree stays
+# clean.
+mkdir "$tmp/libdthrottle"
+cp contrib/libdthrottle/Makefile contrib/libdthrottle/*.[ch] "$tmp/libdthrottle/"
+make -s -C "$tmp/libdthrottle" libdthrottle.so >"$tmp/make.log" 2>&1 || { cat "$tmp/make.log" >&2; exit 1; }
 cat >"$tmp/dthrottle.toml" <<TOML
 [listen]
 unix = "$tmp/d.sock"
@@ -49,19 +66,31 @@ TOML
 "$tmp/dthrottled" -config "$tmp/dthrottle.toml" 2>"$tmp/dthrottled.log" &
 pids+=($!)
 
-# Ports: nginx BASE+1 (off) BASE+2 (on, auth_request) BASE+8 (on, Lua),
-# caddy BASE+3 BASE+4 (fail-open BASE+5), haproxy BASE+6 BASE+0;
-# dthrottled's HTTP endpoint BASE+7.
+# Ports: nginx BASE+1 (off) BASE+2 (on, auth_request) BASE+9 (on, shared
+# table) BASE+10 (limit_req) BASE+12 (an empty access_by_lua), all in one
+# nginx, and BASE+8 (on, Lua) in a second one (each conf has an http
+# block's init_by_lua); caddy BASE+3 BASE+4 (fail-open BASE+5), haproxy
+# BASE+6 BASE+0 BASE+11 (stick table); dthrottled's HTTP endpoint BASE+7;
+# the shared path's counters BASE+13.
 sed -e "s|listen 8080;|listen 127.0.0.1:$((BASE + 2));|" -e "s|root /var/www/html;|root $tmp/www;|" \
 	-e "s|server 127.0.0.1:7072;|server 127.0.0.1:$((BASE + 7));|" contrib/nginx/dthrottle.conf >"$tmp/nginx-on.conf"
+sed -e "s|listen 8080;|listen 127.0.0.1:$((BASE + 9));|" -e "s|root /var/www/html;|root $tmp/www;|" \
+	-e "s|/etc/nginx/dthrottle/|$PWD/contrib/nginx/|" -e "s|/usr/local/lib/libdthrottle.so|$tmp/libdthrottle/libdthrottle.so|" \
+	-e "s|/run/dthrottle/dthrottle.sock|$tmp/d.sock|" -e "s|rate = 1,|rate = 1e9,|" -e "s|burst = 10,|burst = 1000000,|" \
+	contrib/nginx/dthrottle-shared.conf >"$tmp/nginx-shared.conf"
 sed -e "s|/etc/nginx/dthrottle/|$PWD/contrib/nginx/|" -e "s|unix:/run/dthrottle/dthrottle.sock|unix:$tmp/d.sock|" \
 	-e "s|rate = 1,|rate = 1e9,|" -e "s|burst = 20,|burst = 1000000,|" contrib/nginx/dthrottle-lua.conf >"$tmp/nginx-lua.conf"
-cat >"$tmp/nginx.conf" <<NGINX
+# nginx_conf NAME INCLUDES...: an nginx.conf for one worker, its pid and
+# error log named NAME, including the files given.
+nginx_conf() {
+	local name=$1 f
+	shift
+	cat <<NGINX
 load_module /usr/lib/nginx/modules/ndk_http_module.so;
 load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
 worker_processes 1;
-error_log $tmp/nginx-error.log;
-pid $tmp/nginx.pid;
+error_log $tmp/$name-error.log;
+pid $tmp/$name.pid;
 events { worker_connections 1024; }
 http {
     access_log off;
@@ -70,21 +99,58 @@ http {
     fastcgi_temp_path $tmp/tmp/fastcgi;
     uwsgi_temp_path $tmp/tmp/uwsgi;
     scgi_temp_path $tmp/tmp/scgi;
-    server { listen 127.0.0.1:$((BASE + 1)); root $tmp/www; location / { try_files \$uri =404; } }
-    include $tmp/nginx-on.conf;
-    include $tmp/nginx-lua.conf;
-    server {
-        listen 127.0.0.1:$((BASE + 8));
-        root $tmp/www;
-        location / {
-            access_by_lua_block { require("dthrottle").access(ngx.var.remote_addr) }
-            try_files \$uri =404;
+NGINX
+	for f in "$@"; do echo "    include $f;"; done
+	echo "}"
+}
+cat >"$tmp/nginx-servers.conf" <<NGINX
+server { listen 127.0.0.1:$((BASE + 1)); root $tmp/www; location / { try_files \$uri =404; } }
+limit_req_zone \$binary_remote_addr zone=bench:10m rate=1000000r/s;
+server {
+    listen 127.0.0.1:$((BASE + 10));
+    root $tmp/www;
+    location / {
+        limit_req zone=bench burst=1000000 nodelay;
+        try_files \$uri =404;
+    }
+}
+server {
+    listen 127.0.0.1:$((BASE + 12));
+    root $tmp/www;
+    location / {
+        access_by_lua_block { }
+        try_files \$uri =404;
+    }
+}
+# The shared path's counters (one worker: all of them).
+server {
+    listen 127.0.0.1:$((BASE + 13));
+    location / {
+        content_by_lua_block {
+            local s = require("dthrottle_shared").stats()
+            ngx.say(s.ok + s.no, " decided in the worker, ", s.asked, " asked over the socket, ", s.failed, " answered by the fail mode")
         }
     }
 }
 NGINX
+cat >"$tmp/nginx-lua-server.conf" <<NGINX
+server {
+    listen 127.0.0.1:$((BASE + 8));
+    root $tmp/www;
+    location / {
+        access_by_lua_block { require("dthrottle").access(ngx.var.remote_addr) }
+        try_files \$uri =404;
+    }
+}
+NGINX
+nginx_conf nginx "$tmp/nginx-servers.conf" "$tmp/nginx-on.conf" "$tmp/nginx-shared.conf" >"$tmp/nginx.conf"
+nginx_conf nginx-lua "$tmp/nginx-lua.conf" "$tmp/nginx-lua-server.conf" >"$tmp/nginx-lua-main.conf"
 /usr/sbin/nginx -p "$tmp" -c "$tmp/nginx.conf" -g 'daemon off;' 2>"$tmp/nginx.log" &
 pids+=($!)
+nginx_master=$!
+/usr/sbin/nginx -p "$tmp" -c "$tmp/nginx-lua-main.conf" -g 'daemon off;' 2>"$tmp/nginx-lua.log" &
+pids+=($!)
+nginx_lua_master=$!
 
 sed -e "s|:8080 {|http://127.0.0.1:$((BASE + 4)) {|" -e "s|root \* /var/www/html|root * $tmp/www|" \
 	-e "s|127.0.0.1:7073|127.0.0.1:$((BASE + 5))|" -e "s|forward_auth 127.0.0.1:7072 |forward_auth 127.0.0.1:$((BASE + 7)) |" \
@@ -98,6 +164,7 @@ http://127.0.0.1:$((BASE + 3)) {
 CADDY
 HOME=$tmp XDG_DATA_HOME=$tmp XDG_CONFIG_HOME=$tmp caddy run --config "$tmp/Caddyfile" --adapter caddyfile >"$tmp/caddy.log" 2>&1 &
 pids+=($!)
+caddy_pid=$!
 
 sed -e "s|/run/dthrottle/dthrottle.sock|$tmp/d.sock|" -e "s|lua-load /etc/haproxy/dthrottle.lua|lua-load $tmp/dthrottle.lua|" \
 	-e "s|bind :8080|bind 127.0.0.1:$((BASE + 0))|" contrib/haproxy/haproxy.cfg >"$tmp/haproxy.cfg"
@@ -107,36 +174,71 @@ cat >>"$tmp/haproxy.cfg" <<HAPROXY
 frontend off
     bind 127.0.0.1:$((BASE + 6))
     default_backend app
+
+frontend stick
+    bind 127.0.0.1:$((BASE + 11))
+    stick-table type ip size 100k expire 30s store http_req_rate(10s)
+    http-request track-sc0 src
+    http-request deny deny_status 429 if { sc_http_req_rate(0) gt 1000000000 }
+    default_backend app
 HAPROXY
 /usr/sbin/haproxy -db -f "$tmp/haproxy.cfg" >"$tmp/haproxy.log" 2>&1 &
 pids+=($!)
+haproxy_pid=$!
 
-bench_await proxies.sh $((BASE + 1)) $((BASE + 2)) $((BASE + 8)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0))
-
-names=(nginx-off nginx-on nginx-lua caddy-off caddy-on haproxy-off haproxy-on)
-ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 8)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0)))
+names=(nginx-off nginx-on nginx-lua nginx-shared nginx-limitreq nginx-luahook caddy-off caddy-on haproxy-off haproxy-on haproxy-stick)
+ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 8)) $((BASE + 9)) $((BASE + 10)) $((BASE + 12)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0)) $((BASE + 11)))
+bench_await proxies.sh "${ports[@]}"
+# Every server must be throttling (or limiting) as it should: a tag
+# refused here would make its figures those of a refusal.
+for p in "${ports[@]}"; do
+	code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/hello.txt")
+	[ "$code" = 200 ] || { echo "proxies.sh: port $p answers $code" >&2; exit 1; }
+done
+grep -q 'dthrottle: detached' "$tmp/nginx-error.log" && { echo "proxies.sh: nginx-shared did not attach:" >&2; cat "$tmp/nginx-error.log" >&2; exit 1; }
+# The process whose CPU each run is charged: the proxy's own (nginx's one
+# worker, Caddy's and HAProxy's process), not dthrottled's. The servers of
+# one proxy share a process, so its paths are compared on the same one.
+nginx_worker=$(pgrep -P "$nginx_master")
+nginx_lua_worker=$(pgrep -P "$nginx_lua_master")
+cpu_pids=("$nginx_worker" "$nginx_worker" "$nginx_lua_worker" "$nginx_worker" "$nginx_worker" "$nginx_worker"
+	"$caddy_pid" "$caddy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid")
+hz=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); wrk -t2 -c$CONNS -d$DURATION --latency"
 for r in $(seq "$ROUNDS"); do
-	for i in "${!names[@]}"; do
+	# Each round starts one server further on, so that none always runs
+	# first (after the others' load) or last.
+	for k in "${!names[@]}"; do
+		i=$(((k + r - 1) % ${#names[@]}))
+		t0=$(cpu_ticks "${cpu_pids[$i]}")
 		bench_wrk "${ports[$i]}"
-		printf 'round %d  %-12s %10.0f req/s  p99 %s%s\n' "$r" "${names[$i]}" "$rps" "$p99" "${errs:+  non-2xx $errs}"
-		echo "${names[$i]} $rps $p99" >>"$tmp/results"
+		t1=$(cpu_ticks "${cpu_pids[$i]}")
+		cpu=$(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$reqs" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')
+		printf 'round %d  %-14s %10.0f req/s  p99 %-8s proxy CPU %s us/request%s\n' "$r" "${names[$i]}" "$rps" "$p99" "$cpu" "${errs:+  non-2xx $errs}"
+		echo "${names[$i]} $rps $p99 $cpu" >>"$tmp/results"
+		[ "${names[$i]}" = nginx-shared ] && shared_reqs=$((${shared_reqs:-0} + reqs))
 	done
 done
+# Every request to nginx-shared was decided in its worker, bar the first,
+# asked (the tag was new), and those of the readiness checks above.
+echo "nginx-shared: $(curl -s "http://127.0.0.1:$((BASE + 13))/") (wrk counted $shared_reqs requests)"
 echo
-echo "| proxy | off req/s (median) | on req/s (median) | on/off | p99 off / on (median) |"
-echo "|---|---|---|---|---|"
-for row in "nginx, auth_request:nginx-off:nginx-on" "nginx, Lua:nginx-off:nginx-lua" "caddy:caddy-off:caddy-on" "haproxy:haproxy-off:haproxy-on"; do
+echo "| proxy | off req/s (median) | on req/s (median) | on/off | p99 off / on (median) | proxy CPU us/request off / on (median) |"
+echo "|---|---|---|---|---|---|"
+for row in "nginx, auth_request:nginx-off:nginx-on" "nginx, Lua:nginx-off:nginx-lua" "nginx, shared table:nginx-off:nginx-shared" \
+	"nginx, limit_req (its own):nginx-off:nginx-limitreq" "nginx, empty access_by_lua:nginx-off:nginx-luahook" "caddy:caddy-off:caddy-on" "haproxy:haproxy-off:haproxy-on" \
+	"haproxy, stick table (its own):haproxy-off:haproxy-stick"; do
 	IFS=: read -r p offn onn <<<"$row"
 	awk -v p="$p" -v offn="$offn" -v onn="$onn" '
-		$1 == offn { off[++n] = $2; poff[n] = $3 }
-		$1 == onn  { on[++m] = $2;  pon[m] = $3 }
+		$1 == offn { off[++n] = $2; poff[n] = $3; coff[n] = $4 }
+		$1 == onn  { on[++m] = $2;  pon[m] = $3; con[m] = $4 }
 		function median(a, k,   i, j, t) {
 			for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
 			return a[int((k + 1) / 2)]
 		}
 		function medianStr(a, k,   i, b) { for (i = 1; i <= k; i++) b[i] = a[i]; return b[int((k + 1) / 2)] }
 		END { o = median(off, n); x = median(on, m)
-			printf "| %s | %.0f | %.0f | %.2fx | %s / %s |\n", p, o, x, x / o, medianStr(poff, n), medianStr(pon, m) }
+			printf "| %s | %.0f | %.0f | %.2fx | %s / %s | %.2f / %.2f |\n", p, o, x, x / o, medianStr(poff, n), medianStr(pon, m), median(coff, n), median(con, m) }
 	' "$tmp/results"
 done

@@ -1,0 +1,580 @@
+package tests
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// nginx deciding in process: contrib/nginx/dthrottle-shared.conf and
+// dthrottle_shared.lua, run from Debian's nginx and libnginx-mod-http-lua
+// with libdthrottle built from contrib/libdthrottle, against a real
+// dthrottled with a burst of 3. Each worker maps the table the daemon
+// shares and decides there; the daemon's counters tell what it was asked
+// over its socket (dthrottle_requests_total) from what was decided
+// (dthrottle_queries_total, which adds the decisions made in process).
+
+// sharedDaemonConfig is proxyDaemonConfig's limit, with the admin endpoint
+// for the counters and %s for more of [listen].
+const sharedDaemonConfig = `[listen]
+unix = "%%SOCK%%"
+unix_mode = "0666"
+%s
+[limit]
+rate = 0.001
+burst = 3
+[admin]
+http = "127.0.0.1:0"
+`
+
+// sharedLib is libdthrottle.so as buildLibdthrottle built it.
+var sharedLib struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// buildLibdthrottle builds contrib/libdthrottle's libdthrottle.so once per
+// test binary, in a copy beside the test's dthrottled so that the tree
+// stays clean, and returns its path.
+func buildLibdthrottle(t *testing.T) string {
+	t.Helper()
+	requireTool(t, "cc")
+	requireTool(t, "make")
+	sharedLib.once.Do(func() {
+		dir := filepath.Join(filepath.Dir(binary), "libdthrottle-shared")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			sharedLib.err = err
+			return
+		}
+		src := filepath.Join("..", "contrib", "libdthrottle")
+		entries, err := os.ReadDir(src)
+		if err != nil {
+			sharedLib.err = err
+			return
+		}
+		for _, e := range entries {
+			name := e.Name()
+			if !e.Type().IsRegular() || !(name == "Makefile" || strings.HasSuffix(name, ".c") || strings.HasSuffix(name, ".h")) {
+				continue // the sources only, not what was built in the tree
+			}
+			b, err := os.ReadFile(filepath.Join(src, name))
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, name), b, 0o644)
+			}
+			if err != nil {
+				sharedLib.err = err
+				return
+			}
+		}
+		cmd := exec.Command("make", "-s", "libdthrottle.so")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			sharedLib.err = fmt.Errorf("make libdthrottle.so: %v\n%s", err, out)
+			return
+		}
+		sharedLib.path = filepath.Join(dir, "libdthrottle.so")
+	})
+	if sharedLib.err != nil {
+		t.Fatal(sharedLib.err)
+	}
+	return sharedLib.path
+}
+
+// requireNginxLua returns nginx's path, or skips (fails under CI=true)
+// without it or its Lua module.
+func requireNginxLua(t *testing.T) string {
+	t.Helper()
+	nginx := requireSbin(t, "nginx")
+	for _, m := range nginxLuaModules {
+		if _, err := os.Stat(m); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s (libnginx-mod-http-lua) is required under CI=true: %v", m, err)
+			}
+			t.Skipf("libnginx-mod-http-lua not installed: %v", err)
+		}
+	}
+	return nginx
+}
+
+// sharedTagChunk replaces the shipped access phase: ?stats=1 shows the
+// worker's counters (and those added up in dthrottle_stats, when the
+// dict is there); otherwise the tag is the X-Tag
+// header when a request has one, else the query's tag argument
+// (percent-decoded, so that it may hold any byte), both through access();
+// else the variable the query's var argument names, or the client's
+// address as shipped, through access_var().
+const sharedTagChunk = `local dt = require("dthrottle_shared")
+            if ngx.var.arg_stats then
+                local s, d = dt.stats(), ngx.shared.dthrottle_stats
+                ngx.say("ok=", s.ok, " no=", s.no, " asked=", s.asked, " bad=", s.bad, " shared=", tostring(s.shared),
+                    " dict_ok=", d and d:get("ok") or "-", " dict_no=", d and d:get("no") or "-")
+                return ngx.exit(200)
+            end
+            local tag = ngx.var.http_x_tag or (ngx.var.arg_tag and ngx.unescape_uri(ngx.var.arg_tag))
+            if tag then
+                dt.access(tag)
+            else
+                dt.access_var(ngx.var.arg_var or "remote_addr")
+            end`
+
+// startNginxShared runs nginx with contrib/nginx/dthrottle-shared.conf
+// re-pointed at sock and lib, with the replacements in more, and the tag
+// as sharedTagChunk takes it. It returns the site's URL and nginx's error
+// log.
+func startNginxShared(t *testing.T, sock, lib string, more ...string) (string, string) {
+	t.Helper()
+	nginx := requireNginxLua(t)
+	// nginx's workers run as another user (nobody) when the test is root.
+	for p := filepath.Dir(sock); p != filepath.Dir(p) && strings.HasPrefix(p, os.TempDir()+"/"); p = filepath.Dir(p) {
+		must(t, os.Chmod(p, 0o755))
+	}
+	dir, www := proxySite(t)
+	port := freePort(t)
+	contrib, err := filepath.Abs("../contrib/nginx")
+	must(t, err)
+	replace := append([]string{
+		"listen 8080;", fmt.Sprintf("listen 127.0.0.1:%d;", port),
+		"root /var/www/html;", "root " + www + ";",
+		"/etc/nginx/dthrottle/", contrib + "/",
+		"/usr/local/lib/libdthrottle.so", lib,
+		"/run/dthrottle/dthrottle.sock", sock,
+		"rate = 1,", "rate = 0.001,",
+		"burst = 10,", "burst = 3,",
+		// A long timeout: on a loaded machine a slow answer must not turn
+		// into a fail-open one. An absent daemon still fails at once.
+		"-- timeout = 50,", "timeout = 2000,",
+		`require("dthrottle_shared").access_var("remote_addr")`, sharedTagChunk,
+	}, more...)
+	site := contribConfig(t, "nginx/dthrottle-shared.conf", replace...)
+	must(t, os.WriteFile(filepath.Join(dir, "site.conf"), []byte(site), 0o644))
+	tmp := filepath.Join(dir, "tmp")
+	must(t, os.Mkdir(tmp, 0o777))
+	var load strings.Builder
+	for _, m := range nginxLuaModules {
+		fmt.Fprintf(&load, "load_module %s;\n", m)
+	}
+	conf := fmt.Sprintf(`%[3]sworker_processes 1;
+error_log %[1]s/error.log notice;
+pid %[1]s/nginx.pid;
+events { worker_connections 256; }
+http {
+    access_log off;
+    client_body_temp_path %[2]s/body;
+    proxy_temp_path %[2]s/proxy;
+    fastcgi_temp_path %[2]s/fastcgi;
+    uwsgi_temp_path %[2]s/uwsgi;
+    scgi_temp_path %[2]s/scgi;
+    include %[1]s/site.conf;
+}
+`, dir, tmp, load.String())
+	must(t, os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644))
+	runProxy(t, exec.Command(nginx, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;"), port, filepath.Join(dir, "stderr.log"))
+	u, log := fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), filepath.Join(dir, "error.log")
+	// The port accepts once the master listens; a request answered means
+	// the worker has run init_worker, and so attached.
+	if res := sharedGet(t, u+"?tag=", "", log); res.StatusCode != http.StatusOK {
+		t.Fatalf("an empty tag: %s, want 200", res.Status)
+	}
+	return u, log
+}
+
+// sharedGet fetches u with X-Tag: tag (none when empty) and returns the
+// response, its body read.
+func sharedGet(t *testing.T, u, tag, log string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	must(t, err)
+	if tag != "" {
+		req.Header.Set("X-Tag", tag)
+	}
+	res, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		b, _ := os.ReadFile(log)
+		t.Fatalf("GET %s (tag %q): %v\n%s", u, tag, err, b)
+	}
+	res.Body.Close()
+	return res
+}
+
+// workerStats returns what ?stats=1 shows.
+func workerStats(t *testing.T, u, log string) string {
+	t.Helper()
+	res, err := (&http.Client{Timeout: 5 * time.Second}).Get(u + "?stats=1")
+	if err != nil {
+		b, _ := os.ReadFile(log)
+		t.Fatalf("GET %s?stats=1: %v\n%s", u, err, b)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	must(t, err)
+	return strings.TrimSpace(string(b))
+}
+
+// sharedCounts returns what d was asked over its socket and what it
+// decided in all, in process included.
+func sharedCounts(t *testing.T, d *daemon) (socket, decided float64) {
+	t.Helper()
+	fams := scrape(t, d.admin)
+	return metric(t, fams, "dthrottle_requests_total"),
+		metric(t, fams, "dthrottle_queries_total", "result=ok") + metric(t, fams, "dthrottle_queries_total", "result=no")
+}
+
+// checkDecidedInProcess sends ten requests for each of five new tags: each
+// gets three 200s, then 429s with the headers of its bucket; the daemon
+// decided all fifty, and was asked over its socket once per tag, for the
+// first request, which put the tag in the table.
+func checkDecidedInProcess(t *testing.T, u string, d *daemon, log, prefix string) {
+	t.Helper()
+	socket0, decided0 := sharedCounts(t, d)
+	retry := regexp.MustCompile(`^[0-9]+$`)
+	limit := regexp.MustCompile(`^"default";r=0;t=([0-9]+)$`)
+	for i := range 5 {
+		tag := fmt.Sprintf("%s-%d", prefix, i)
+		for j := range 10 {
+			res := sharedGet(t, u, tag, log)
+			want := http.StatusOK
+			if j >= 3 {
+				want = http.StatusTooManyRequests
+			}
+			if res.StatusCode != want {
+				b, _ := os.ReadFile(log)
+				t.Fatalf("tag %s, request %d: %s, want %d\n%s", tag, j+1, res.Status, want, b)
+			}
+			if j != 3 {
+				continue
+			}
+			// The bucket that refused: a burst of 3 at 0.001/s, full again
+			// in 3000 s, and 1000 s until a token: refused in process, so
+			// the figures are the bucket's, not approximations.
+			h := res.Header
+			if got := h.Get("RateLimit-Policy"); got != `"default";q=3;w=3000` {
+				t.Errorf("RateLimit-Policy %q, want \"default\";q=3;w=3000", got)
+			}
+			if got := h.Get("Retry-After"); !retry.MatchString(got) {
+				t.Errorf("Retry-After %q", got)
+			} else if n, _ := strconv.Atoi(got); n < 990 || n > 1000 {
+				t.Errorf("Retry-After %d, want about 1000 (one token at 0.001/s)", n)
+			}
+			if m := limit.FindStringSubmatch(h.Get("RateLimit")); m == nil {
+				t.Errorf("RateLimit %q, want \"default\";r=0;t=<about 3000>", h.Get("RateLimit"))
+			} else if n, _ := strconv.Atoi(m[1]); n < 2990 || n > 3000 {
+				t.Errorf("RateLimit t=%d, want about 3000 (the bucket full again)", n)
+			}
+		}
+	}
+	socket1, decided1 := sharedCounts(t, d)
+	if got := decided1 - decided0; got != 50 {
+		t.Errorf("the daemon counts %v decisions for 50 requests, want 50", got)
+	}
+	if got := socket1 - socket0; got < 5 || got > 7 {
+		t.Errorf("the daemon was asked %v times over its socket for 50 requests of 5 tags, want about 5 (once per new tag)", got)
+	}
+}
+
+// checkBadTags sends the tags the line protocol cannot carry, and the
+// empty tag, as the query's tag argument.
+func checkBadTags(t *testing.T, u string, d *daemon, log string) {
+	t.Helper()
+	socket0, decided0 := sharedCounts(t, d)
+	for _, tc := range []struct {
+		tag  string
+		want int
+	}{
+		{"", http.StatusOK},                                     // served, as the daemon serves it, nothing counted
+		{"a\nb", http.StatusTooManyRequests},                    // a newline: refused, never sent
+		{"a\r", http.StatusTooManyRequests},                     // a CR
+		{"c\rd", http.StatusTooManyRequests},                    // a CR inside
+		{strings.Repeat("x", 2000), http.StatusTooManyRequests}, // over max_tag (1024)
+	} {
+		for range 2 {
+			res := sharedGet(t, u+"?tag="+url.QueryEscape(tc.tag), "", log)
+			if res.StatusCode != tc.want {
+				b, _ := os.ReadFile(log)
+				t.Fatalf("tag %q: %s, want %d\n%s", tc.tag, res.Status, tc.want, b)
+			}
+			if tc.want == http.StatusTooManyRequests && res.Header.Get("Retry-After") == "" {
+				t.Errorf("tag %q: a refusal without Retry-After: %v", tc.tag, res.Header)
+			}
+		}
+	}
+	socket1, decided1 := sharedCounts(t, d)
+	if socket1 != socket0 || decided1 != decided0 {
+		t.Errorf("bad and empty tags reached the daemon: asked %v, decided %v", socket1-socket0, decided1-decided0)
+	}
+	// The same through access_var: a variable not found, or empty, is
+	// served; one over max_tag refused; neither reaches the daemon.
+	for _, tc := range []struct {
+		query string
+		want  int
+	}{
+		{"var=arg_nothere", http.StatusOK},
+		{"var=arg_v&v=", http.StatusOK},
+		{"var=arg_v&v=" + strings.Repeat("x", 2000), http.StatusTooManyRequests},
+	} {
+		if res := sharedGet(t, u+"?"+tc.query, "", log); res.StatusCode != tc.want {
+			t.Fatalf("%s: %s, want %d", tc.query, res.Status, tc.want)
+		}
+	}
+	if socket, decided := sharedCounts(t, d); socket != socket0 || decided != decided0 {
+		t.Errorf("access_var's bad and empty tags reached the daemon: asked %v, decided %v", socket-socket0, decided-decided0)
+	}
+	// Longer than the daemon keeps verbatim (256 bytes) but within
+	// max_tag: the table keys it by a digest, so every query is asked.
+	long := strings.Repeat("y", 600)
+	for j := range 4 {
+		want := http.StatusOK
+		if j == 3 {
+			want = http.StatusTooManyRequests
+		}
+		if res := sharedGet(t, u+"?tag="+long, "", log); res.StatusCode != want {
+			t.Fatalf("a 600-byte tag, request %d: %s, want %d", j+1, res.Status, want)
+		}
+	}
+	if socket2, _ := sharedCounts(t, d); socket2-socket1 != 4 {
+		t.Errorf("a 600-byte tag asked %v times over the socket for 4 requests, want 4", socket2-socket1)
+	}
+	// And through access_var: asked each time as well.
+	for j := range 4 {
+		want := http.StatusOK
+		if j == 3 {
+			want = http.StatusTooManyRequests
+		}
+		if res := sharedGet(t, u+"?var=arg_v&v=z"+long, "", log); res.StatusCode != want {
+			t.Fatalf("a 601-byte variable, request %d: %s, want %d", j+1, res.Status, want)
+		}
+	}
+	b, err := os.ReadFile(log)
+	must(t, err)
+	if !strings.Contains(string(b), "a tag with CR or LF") {
+		t.Errorf("nginx's error log does not mention the bad tags:\n%s", b)
+	}
+}
+
+func TestNginxShared(t *testing.T) {
+	requireNginxLua(t)
+	lib := buildLibdthrottle(t)
+	d := startDaemon(t, fmt.Sprintf(sharedDaemonConfig, ""))
+	u, log := startNginxShared(t, d.sock, lib)
+
+	checkDecidedInProcess(t, u, d, log, "first")
+	// The worker's own counts: of the 50, 5 asked (the first of each
+	// tag), 10 served and 35 refused in process.
+	if got, want := workerStats(t, u, log), "ok=10 no=35 asked=5 bad=0 shared=true"; !strings.HasPrefix(got, want) {
+		t.Errorf("the worker's counters: %q, want %q", got, want)
+	}
+	checkBadTags(t, u, d, log)
+	// The client's address as the tag; with dthrottled stopped, served at
+	// once (fail open).
+	checkThrottled(t, u, d, log)
+
+	// dthrottled again on the same socket: the worker, not restarted,
+	// attaches again and decides in process.
+	path := filepath.Join(t.TempDir(), "dthrottle.toml")
+	config, admin := pinPort(t, strings.ReplaceAll(fmt.Sprintf(sharedDaemonConfig, ""), "%SOCK%", d.sock), "http")
+	must(t, os.WriteFile(path, []byte(config), 0o644))
+	d2 := runDaemon(t, d.sock, nil, "-config", path)
+	d2.admin = admin
+	poll(t, 10*time.Second, "nginx to refuse again after dthrottled restarted", func() bool {
+		return sharedGet(t, u, "again", log).StatusCode == http.StatusTooManyRequests
+	})
+	checkDecidedInProcess(t, u, d2, log, "second")
+
+	b, err := os.ReadFile(log)
+	must(t, err)
+	for _, want := range []string{"detached, failing open", "attached again"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("nginx's error log does not say %q:\n%s", want, b)
+		}
+	}
+}
+
+// TestNginxSharedSocketOnly: a daemon that shares nothing
+// (share_table = false) is asked every query, over the pooled cosockets;
+// with fail = "closed", a stopped daemon refuses.
+func TestNginxSharedSocketOnly(t *testing.T) {
+	requireNginxLua(t)
+	lib := buildLibdthrottle(t)
+	d := startDaemon(t, fmt.Sprintf(sharedDaemonConfig, "share_table = false"))
+	u, log := startNginxShared(t, d.sock, lib, `-- fail = "closed",`, `fail = "closed",`)
+
+	socket0, decided0 := sharedCounts(t, d)
+	for j := range 4 {
+		res := sharedGet(t, u, "sock", log)
+		want := http.StatusOK
+		if j == 3 {
+			want = http.StatusTooManyRequests
+		}
+		if res.StatusCode != want {
+			b, _ := os.ReadFile(log)
+			t.Fatalf("request %d: %s, want %d\n%s", j+1, res.Status, want, b)
+		}
+		if j == 3 {
+			// Asked: the headers come from rate and burst as configured.
+			if got := res.Header.Get("RateLimit-Policy"); got != `"default";q=3;w=3000` {
+				t.Errorf("RateLimit-Policy %q", got)
+			}
+			if got := res.Header.Get("Retry-After"); got != "1000" {
+				t.Errorf("Retry-After %q, want 1000", got)
+			}
+		}
+	}
+	socket1, decided1 := sharedCounts(t, d)
+	if socket1-socket0 != 4 || decided1-decided0 != 4 {
+		t.Errorf("4 requests: asked %v over the socket, decided %v; want 4 and 4", socket1-socket0, decided1-decided0)
+	}
+
+	d.stop(t)
+	start := time.Now()
+	for i := range 10 {
+		if res := sharedGet(t, u, "sock2", log); res.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("fail closed, dthrottled stopped, request %d: %s, want 429", i+1, res.Status)
+		}
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("with dthrottled stopped, 10 requests took %v: not answered at once", took)
+	}
+}
+
+// TestNginxSharedPolicies: a prefix put before every tag, a [[policy]]
+// named in the configuration for the headers, and a deny policy, decided
+// in process on both paths (access and access_var).
+func TestNginxSharedPolicies(t *testing.T) {
+	requireNginxLua(t)
+	lib := buildLibdthrottle(t)
+	d := startDaemon(t, fmt.Sprintf(sharedDaemonConfig, "")+`
+[[policy]]
+name = "api"
+prefix = "web:api:"
+rate = 0.5
+burst = 2
+
+[[policy]]
+name = "blocked"
+prefix = "web:blocked:"
+action = "deny"
+`)
+	u, log := startNginxShared(t, d.sock, lib,
+		`-- prefix = "web:",            -- select a [[policy]]`, `prefix = "web:",`,
+		`-- names = { ["login:"] = "login" }, -- [[policy]] names, for the headers`, `names = { ["web:api:"] = "api" },`,
+		`-- stats_dict = "dthrottle_stats",`, `stats_dict = "dthrottle_stats",`,
+		`# lua_shared_dict dthrottle_stats 64k;`, `lua_shared_dict dthrottle_stats 64k;`)
+
+	for j := range 3 {
+		res := sharedGet(t, u, "api:k", log)
+		if j < 2 {
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("api:k, request %d: %s, want 200", j+1, res.Status)
+			}
+			continue
+		}
+		if res.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("api:k, request 3: %s, want 429", res.Status)
+		}
+		// Burst 2 at 0.5/s: full again in 4 s, a token in 2 s.
+		for h, want := range map[string]string{"RateLimit-Policy": `"api";q=2;w=4`, "RateLimit": `"api";r=0;t=4`, "Retry-After": "2"} {
+			if got := res.Header.Get(h); got != want {
+				t.Errorf("api:k refused: %s %q, want %q", h, got, want)
+			}
+		}
+	}
+
+	// A deny policy refuses in process without asking, and has no bucket:
+	// no RateLimit headers, as from the daemon's HTTP endpoint.
+	socket0, _ := sharedCounts(t, d)
+	res := sharedGet(t, u, "blocked:x", log)
+	if res.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("blocked:x: %s, want 429", res.Status)
+	}
+	if got := res.Header.Get("RateLimit-Policy"); got != "" {
+		t.Errorf("a deny policy's refusal has RateLimit-Policy %q", got)
+	}
+	if socket1, _ := sharedCounts(t, d); socket1 != socket0 {
+		t.Errorf("a deny policy's tag was asked over the socket")
+	}
+
+	// The client's address through access_var, with the prefix: the tag
+	// the daemon holds is web:127.0.0.1.
+	for j := range 4 {
+		want := http.StatusOK
+		if j == 3 {
+			want = http.StatusTooManyRequests
+		}
+		if res := sharedGet(t, u, "", log); res.StatusCode != want {
+			t.Fatalf("the client's address, request %d: %s, want %d", j+1, res.Status, want)
+		} else if j == 3 && res.Header.Get("RateLimit-Policy") != `"default";q=3;w=3000` {
+			t.Errorf("RateLimit-Policy %q", res.Header.Get("RateLimit-Policy"))
+		}
+	}
+	if code, body := httpDo(t, http.MethodGet, "http://"+d.admin+"/v1/tags/web:127.0.0.1"); code != http.StatusOK || !strings.Contains(body, `"tracked":true`) {
+		t.Errorf("/v1/tags/web:127.0.0.1: %d %s, want the tag tracked", code, body)
+	}
+	// stats_dict: the worker adds its counts up each second. In process:
+	// api:k served once and refused once (its first request was asked),
+	// blocked:x refused, the address served twice and refused once.
+	poll(t, 5*time.Second, "the worker's counts in dthrottle_stats", func() bool {
+		return strings.HasSuffix(workerStats(t, u, log), "dict_ok=3 dict_no=3")
+	})
+}
+
+// TestNginxSharedHungDaemon: a daemon that stops answering and beating
+// (SIGSTOP) leaves its table a second later; the worker then serves by the
+// fail mode at once, its attempts to attach again waiting on a cosocket,
+// never in a request; the daemon going on again, the worker decides in
+// process again, from the same table.
+func TestNginxSharedHungDaemon(t *testing.T) {
+	requireNginxLua(t)
+	lib := buildLibdthrottle(t)
+	d := startDaemon(t, fmt.Sprintf(sharedDaemonConfig, ""))
+	u, log := startNginxShared(t, d.sock, lib)
+	for j := range 4 {
+		want := http.StatusOK
+		if j == 3 {
+			want = http.StatusTooManyRequests
+		}
+		if res := sharedGet(t, u, "hung", log); res.StatusCode != want {
+			t.Fatalf("request %d: %s, want %d", j+1, res.Status, want)
+		}
+	}
+
+	must(t, d.cmd.Process.Signal(syscall.SIGSTOP))
+	t.Cleanup(func() { d.cmd.Process.Signal(syscall.SIGCONT) })
+	// The table is left once its heartbeat is over a second old.
+	poll(t, 5*time.Second, "nginx to fail open with dthrottled stopped", func() bool {
+		return sharedGet(t, u, "hung", log).StatusCode == http.StatusOK
+	})
+	start := time.Now()
+	for i := range 20 {
+		if res := sharedGet(t, u, "hung", log); res.StatusCode != http.StatusOK {
+			t.Fatalf("dthrottled stopped, request %d: %s, want 200 (fail open)", i+1, res.Status)
+		}
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("with dthrottled stopped, 20 requests took %v: not served at once", took)
+	}
+
+	must(t, d.cmd.Process.Signal(syscall.SIGCONT))
+	poll(t, 10*time.Second, "nginx to refuse the spent tag again", func() bool {
+		return sharedGet(t, u, "hung", log).StatusCode == http.StatusTooManyRequests
+	})
+	socket0, decided0 := sharedCounts(t, d)
+	for range 5 {
+		if res := sharedGet(t, u, "hung", log); res.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("after dthrottled went on: %s, want 429", res.Status)
+		}
+	}
+	if socket1, decided1 := sharedCounts(t, d); socket1 != socket0 || decided1-decided0 != 5 {
+		t.Errorf("after dthrottled went on, 5 requests: asked %v over the socket, decided %v; want 0 and 5", socket1-socket0, decided1-decided0)
+	}
+}
