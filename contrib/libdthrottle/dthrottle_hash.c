@@ -35,11 +35,20 @@ static inline uint64_t r8(const unsigned char *p)
 
 uint64_t dt_hash(uint64_t seed, const void *key, size_t n)
 {
+    return dt_hash_mixed(dt_mix_seed(seed), key, n);
+}
+
+uint64_t dt_mix_seed(uint64_t seed)
+{
+    return seed ^ mix(seed ^ P0, P1);
+}
+
+uint64_t dt_hash_mixed(uint64_t seed, const void *key, size_t n)
+{
     const unsigned char *k = key;
     uint64_t a = 0, b = 0;
     __uint128_t p;
 
-    seed ^= mix(seed ^ P0, P1);
     if (n == 0) {
         /* a = b = 0 */
     } else if (n < 4) {

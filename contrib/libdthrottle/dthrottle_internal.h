@@ -113,6 +113,7 @@ struct dt_view {
     uint32_t shard_shift;       /* 64 - log2(shards); 64 for one shard */
     uint32_t counted;           /* counted_policies */
     uint64_t seed;
+    uint64_t seed_mixed;        /* dt_mix_seed(seed), for dt_hash_mixed */
     uint64_t shard_table;       /* shards * 64 bytes in the table file */
     uint64_t records_off;       /* records_size bytes in the state file */
     uint64_t records_size;
@@ -147,6 +148,14 @@ DT_HIDDEN int dt_view_init(struct dt_view *v, const void *table, size_t table_le
 /* dt_view_live reports whether v's daemon is live at now: state live and
  * the heartbeat at most a second old. */
 DT_HIDDEN int dt_view_live(const struct dt_view *v, int64_t now);
+
+/* ---- The hash (dthrottle_hash.c). ---- */
+
+/* dt_mix_seed is the hash's first step, which depends on the seed alone;
+ * dt_hash_mixed(dt_mix_seed(seed), key, n) is dt_hash(seed, key, n), the
+ * seed mixed once per view instead of once per key. */
+DT_HIDDEN uint64_t dt_mix_seed(uint64_t seed);
+DT_HIDDEN uint64_t dt_hash_mixed(uint64_t seed_mixed, const void *key, size_t n);
 
 /* ---- The socket (dthrottle_socket.c). ---- */
 

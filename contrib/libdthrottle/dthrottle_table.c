@@ -196,6 +196,42 @@ static unsigned char *record(const struct dt_view *v, uint32_t ref)
     return v->state + v->records_off + off;
 }
 
+/* ldu8 and ldu4 load 8 and 4 bytes from anywhere (unaligned). */
+static inline uint64_t ldu8(const unsigned char *p)
+{
+    uint64_t x;
+    memcpy(&x, p, sizeof(x));
+    return x;
+}
+
+static inline uint32_t ldu4(const unsigned char *p)
+{
+    uint32_t x;
+    memcpy(&x, p, sizeof(x));
+    return x;
+}
+
+/* same_bytes reports whether the n bytes at a and b are equal. Up to 16
+ * bytes (most tags: addresses, user IDs) it compares two overlapping
+ * words of each, within the n bytes, and calls nothing. */
+static inline int same_bytes(const unsigned char *a, const unsigned char *b, size_t n)
+{
+    if (n >= 8) {
+        if (n > 16) {
+            return memcmp(a, b, n) == 0;
+        }
+        return ((ldu8(a) ^ ldu8(b)) | (ldu8(a + n - 8) ^ ldu8(b + n - 8))) == 0;
+    }
+    if (n >= 4) {
+        return ((ldu4(a) ^ ldu4(b)) | (ldu4(a + n - 4) ^ ldu4(b + n - 4))) == 0;
+    }
+    if (n == 0) {
+        return 1;
+    }
+    /* 1 to 3 bytes: the first, the middle and the last cover them. */
+    return ((a[0] ^ b[0]) | (a[n >> 1] ^ b[n >> 1]) | (a[n - 1] ^ b[n - 1])) == 0;
+}
+
 /* key_is compares record ref's key with tag: 1 the same, 0 another, -1
  * when the record or its key does not lie within the record area. The
  * key is read once, length first: a writer changing it meanwhile gives
@@ -203,27 +239,24 @@ static unsigned char *record(const struct dt_view *v, uint32_t ref)
 static int key_is(const struct dt_view *v, uint32_t ref, const unsigned char *tag,
                   size_t n)
 {
-    const unsigned char *r = record(v, ref), *k;
+    const unsigned char *area = v->state + v->records_off;
     uint64_t pos = (uint64_t)ref * 8 + R_KEY, len = 0;
-    int shift = 0;
+    unsigned char c;
 
-    if (r == NULL) {
-        return -1;
+    if (ref == 0 || pos >= v->records_size) {
+        return -1; /* the record's fixed fields and a length byte do not fit */
     }
-    /* The key length, a uvarint of at most 10 bytes. */
-    for (;;) {
-        unsigned char c;
-
+    /* The key length, a uvarint of at most 10 bytes: one byte below 128. */
+    c = __atomic_load_n(area + pos, __ATOMIC_RELAXED);
+    pos++;
+    len = c & 0x7F;
+    for (int shift = 7; c >= 0x80; shift += 7) {
         if (pos >= v->records_size || shift > 63) {
             return -1;
         }
-        c = __atomic_load_n(v->state + v->records_off + pos, __ATOMIC_RELAXED);
+        c = __atomic_load_n(area + pos, __ATOMIC_RELAXED);
         pos++;
         len |= (uint64_t)(c & 0x7F) << shift;
-        if (c < 0x80) {
-            break;
-        }
-        shift += 7;
     }
     if (!fits(pos, len, v->records_size)) {
         return -1;
@@ -231,8 +264,7 @@ static int key_is(const struct dt_view *v, uint32_t ref, const unsigned char *ta
     if (len != n) {
         return 0;
     }
-    k = v->state + v->records_off + pos;
-    return memcmp(k, tag, n) == 0;
+    return same_bytes(area + pos, tag, n);
 }
 
 /* find probes shard s's index for a key of fragment f that is tag (step
@@ -416,7 +448,7 @@ int dt_decide(dt_table *t, const char *tag, size_t n, int64_t now, dt_result *re
         return DT_ASK;
     }
     /* 6 */
-    h = dt_hash(v->seed, k, n);
+    h = dt_hash_mixed(v->seed_mixed, k, n);
     shard = v->shard_shift >= 64 ? 0 : (uint32_t)(h >> v->shard_shift);
     if ((ref = find(v, shard, (uint32_t)h, k, n)) == 0) {
         return DT_ASK;

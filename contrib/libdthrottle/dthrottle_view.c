@@ -38,6 +38,7 @@ int dt_view_init(struct dt_view *v, const void *table, size_t table_len,
     v->shard_shift = ld32(h + H_SHARD_SHIFT, __ATOMIC_RELAXED);
     v->counted = ld32(h + H_COUNTED, __ATOMIC_RELAXED);
     v->seed = ld64(h + H_SEED, __ATOMIC_RELAXED);
+    v->seed_mixed = dt_mix_seed(v->seed);
     v->shard_table = ld64(h + H_SHARD_TABLE, __ATOMIC_RELAXED);
     v->records_off = ld64(h + H_RECORDS_OFF, __ATOMIC_RELAXED);
     v->records_size = ld64(h + H_RECORDS_SIZE, __ATOMIC_RELAXED);
