@@ -141,6 +141,9 @@ func startNginxShared(t *testing.T, sock, lib string, more ...string) (string, s
 		must(t, os.Chmod(p, 0o755))
 	}
 	dir, www := proxySite(t)
+	// A directory's index is an internal redirect, which runs the access
+	// phase again: it must not spend a second token.
+	must(t, os.WriteFile(filepath.Join(www, "index.html"), []byte("index\n"), 0o644))
 	port := freePort(t)
 	contrib, err := filepath.Abs("../contrib/nginx")
 	must(t, err)
@@ -375,6 +378,15 @@ func TestNginxShared(t *testing.T) {
 		t.Errorf("the worker's counters: %q, want %q", got, want)
 	}
 	checkBadTags(t, u, d, log)
+	// A directory: burst 3 then 429, one token per request, though nginx
+	// redirects it internally to its index.
+	var dir []int
+	for range 4 {
+		dir = append(dir, sharedGet(t, strings.TrimSuffix(u, "hello.txt"), "dir", log).StatusCode)
+	}
+	if fmt.Sprint(dir) != "[200 200 200 429]" {
+		t.Errorf("GET / four times: %v, want [200 200 200 429]", dir)
+	}
 	// The client's address as the tag; with dthrottled stopped, served at
 	// once (fail open).
 	checkThrottled(t, u, d, log)

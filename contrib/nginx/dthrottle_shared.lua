@@ -110,7 +110,7 @@ local cfg = {
 
 local ceil, max, min, find, fmt = math.ceil, math.max, math.min, string.find, string.format
 local log, ERR, WARN, NOTICE = ngx.log, ngx.ERR, ngx.WARN, ngx.NOTICE
-local ngx_now, tcp = ngx.now, ngx.socket.tcp
+local ngx_now, tcp, is_internal = ngx.now, ngx.socket.tcp, ngx.req.is_internal
 local C, ffi_string, ffi_copy = ffi.C, ffi.string, ffi.copy
 local lib            -- the library, once configured
 
@@ -491,7 +491,7 @@ end
 -- access decides for tag (a string; nil or empty is served) and ends the
 -- request with the refusal when refused.
 function _M.access(tag)
-    if tag == nil or tag == "" then
+    if tag == nil or tag == "" or is_internal() then
         return
     end
     local prefix = cfg.prefix
@@ -509,6 +509,9 @@ end
 -- without the "$"; not found or empty is served), as access(ngx.var[name])
 -- does, at less cost per request.
 function _M.access_var(name)
+    if is_internal() then
+        return
+    end
     local nlen = #name
     if var_get == nil or nlen > 64 then
         return _M.access(ngx.var[name])

@@ -29,10 +29,10 @@ func (d *Daemon) offerTable(srv *protocol.Server) {
 	if tf, _ := d.table.SharedFiles(); tf == nil {
 		return
 	}
+	d.table.Beat(time.Now()) // before the first attach: a table is never handed out stale
 	srv.OfferTable(func() (table, state *os.File) { return d.table.SharedFiles() })
 	b := &beating{stop: make(chan struct{}), done: make(chan struct{})}
 	d.beat = b
-	d.table.Beat(time.Now())
 	go func() {
 		defer close(b.done)
 		t := time.NewTicker(beatEvery)
