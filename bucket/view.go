@@ -105,13 +105,17 @@ func (v *View) Decide(now int64, tag []byte) Decision {
 		return Decision{Code: Ask}
 	}
 	d := Decision{Policy: pi, Limit: binary.LittleEndian.Uint32(pol[4:])}
-	switch pol[0] {
+	action, dry := pol[0], pol[1]
+	if v.hdr32(hdrPolicySeq) != seq { // the policy read may be torn
+		return Decision{Code: Ask}
+	}
+	switch action {
 	case byte(Allow):
 		v.count(0, pi, 0)
 		d.Code = OK
 		return d
 	case byte(Deny):
-		if pol[1] != 0 {
+		if dry != 0 {
 			v.count(0, pi, 0)
 			v.count(0, pi, 2)
 			d.Code = OK
@@ -151,13 +155,16 @@ func (v *View) Decide(now int64, tag []byte) Decision {
 			return Decision{Code: Ask}
 		}
 		tat := max(tat0, now)
+		if v.hdr32(hdrPolicySeq) != seq {
+			return Decision{Code: Ask}
+		}
 		if tat-now > allowAt {
 			d.Reset = tat - now
 			d.RetryAfter = tat - now - allowAt
 			if atomic.AddUint32((*uint32)(unsafe.Pointer(&rec[recRefused])), 1) == 1 {
 				v.markDirty(rec)
 			}
-			if pol[1] != 0 { // dry run: serve, spend nothing
+			if dry != 0 { // dry run: serve, spend nothing
 				v.count(stripe, pi, 0)
 				v.count(stripe, pi, 2)
 				d.Code = OK
@@ -165,9 +172,6 @@ func (v *View) Decide(now int64, tag []byte) Decision {
 			}
 			v.count(stripe, pi, 1)
 			return d
-		}
-		if v.hdr32(hdrPolicySeq) != seq {
-			return Decision{Code: Ask}
 		}
 		if atomic.CompareAndSwapInt64(tatp, tat0, tat+per) {
 			if atomic.AddUint32((*uint32)(unsafe.Pointer(&rec[recUnreported])), 1) == 1 {
@@ -248,7 +252,7 @@ func (v *View) find(si int, h uint64, tag []byte) []byte {
 		}
 		if uint32(e>>32) == frag {
 			ref := uint64(uint32(e)) * 8
-			if ref+recKey+3+uint64(len(tag)) <= uint64(len(v.records)) {
+			if ref+recKey < uint64(len(v.records)) { // recordIs bounds the key
 				if rec := v.records[ref:]; recordIs(rec, tag) {
 					return rec
 				}
