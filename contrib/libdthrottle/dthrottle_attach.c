@@ -300,6 +300,16 @@ static void blank(struct dt_view *v)
          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 }
 
+/* free_view unmaps v if dt_open mapped it, and frees it. */
+static void free_view(struct dt_view *v)
+{
+    if (v->mapped) {
+        munmap((void *)(uintptr_t)v->table, v->table_len);
+        munmap(v->state, v->state_len);
+    }
+    free(v);
+}
+
 int dt_reattach(dt_table *t)
 {
     struct dt_view *old, *v;
@@ -332,6 +342,18 @@ int dt_reattach(dt_table *t)
         errno = err;
         return -1;
     }
+    if (v != NULL && !dt_view_live(v, dt_now())) {
+        /* The daemon answers but does not keep the table it hands out
+         * (stopped, or its heartbeat stalled): deciding from it would be
+         * DT_LEFT at once, and attaching again at every query would
+         * block on the socket and pile up mappings. Pause instead. */
+        free_view(v);
+        close(fd);
+        t->retry_at = start + DT_RETRY_NS;
+        pthread_mutex_unlock(&t->attach_mu);
+        errno = EAGAIN;
+        return -1;
+    }
     t->retry_at = 0;
     old = __atomic_exchange_n(&t->view, v, __ATOMIC_ACQ_REL);
     pthread_mutex_lock(&t->mu);
@@ -348,16 +370,6 @@ int dt_reattach(dt_table *t)
     }
     pthread_mutex_unlock(&t->attach_mu);
     return 0;
-}
-
-/* free_view unmaps v if dt_open mapped it, and frees it. */
-static void free_view(struct dt_view *v)
-{
-    if (v->mapped) {
-        munmap((void *)(uintptr_t)v->table, v->table_len);
-        munmap(v->state, v->state_len);
-    }
-    free(v);
 }
 
 void dt_close(dt_table *t)

@@ -100,7 +100,9 @@ int dt_ask(dt_table *t, const char *tag, size_t n);
  * old. It does nothing and returns 0 when the table in use is live (state
  * live, heartbeat under a second old: another thread reattached first).
  * While one thread reattaches, and for 100 ms after an attempt failed, it
- * returns -1 and EAGAIN at once. Threads still deciding on the old
+ * returns -1 and EAGAIN at once; so it does when the daemon hands out a
+ * table whose heartbeat is already stale (it answers, but does not keep
+ * the table), and then pauses 100 ms. Threads still deciding on the old
  * mappings are safe: they are replaced by zero pages (which decide
  * nothing: DT_LEFT or DT_ASK) and unmapped by dt_close. */
 int dt_reattach(dt_table *t);

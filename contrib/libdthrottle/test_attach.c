@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -347,6 +348,21 @@ static void attach_shared(void)
     CHECK_EQ(tb_unreported(&live2, ref2), 1);
     CHECK_EQ(tb_unreported(&live, ref), 1);
     CHECK_EQ(dt_ask(t, "nope", 4), DT_NO);
+
+    /* The daemon answers but its heartbeat stalls: attaching hands out
+     * the stale table, which is not taken, and attempts pause. */
+    tb_put64(live2.table, TB_HEARTBEAT, (uint64_t)(dt_now() - 2 * TB_S));
+    old = t->view;
+    CHECK_EQ(dt_decide(t, "alpha", 5, dt_now(), NULL), DT_LEFT);
+    CHECK(dt_reattach(t) == -1 && errno == EAGAIN);
+    CHECK_EQ(f.attaches, 3);
+    CHECK(t->view == old);
+    CHECK(dt_reattach(t) == -1 && errno == EAGAIN);
+    CHECK_EQ(f.attaches, 3);
+    tb_put64(live2.table, TB_HEARTBEAT, (uint64_t)dt_now());
+    CHECK_EQ(dt_reattach(t), 0);              /* live again: nothing to do */
+    CHECK_EQ(dt_decide(t, "alpha", 5, dt_now(), NULL), DT_OK);
+    nanosleep(&(struct timespec){.tv_nsec = 150 * 1000 * 1000}, NULL); /* past the pause */
 
     /* The daemon goes away: a failed reattach, then a pause. */
     tb_put32(live2.table, TB_STATE, 2);
