@@ -30,7 +30,7 @@ const (
 	procsRate    = 200 // tokens a second
 	procsBurst   = 50
 	procsWindow  = 2 * time.Second
-	procsLead    = time.Second // for the children to start and attach
+	procsLead    = 2 * time.Second // for the children to start and attach, on a loaded machine too
 	procsWorkers = 3           // Go processes deciding in process, 2 goroutines each
 	victimTags   = 300         // the victim's tags, v:0 to v:299
 	maxKills     = 100
