@@ -31,8 +31,8 @@ const (
 	procsBurst   = 50
 	procsWindow  = 2 * time.Second
 	procsLead    = 2 * time.Second // for the children to start and attach, on a loaded machine too
-	procsWorkers = 3           // Go processes deciding in process, 2 goroutines each
-	victimTags   = 300         // the victim's tags, v:0 to v:299
+	procsWorkers = 3               // Go processes deciding in process, 2 goroutines each
+	victimTags   = 300             // the victim's tags, v:0 to v:299
 	maxKills     = 100
 	// maxGap is the longest a hammerer may go between two decisions:
 	// far beyond the scheduling delays of a loaded 2-CPU machine, half
