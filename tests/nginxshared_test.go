@@ -162,27 +162,11 @@ func startNginxShared(t *testing.T, sock, lib string, more ...string) (string, s
 	}, more...)
 	site := contribConfig(t, "nginx/dthrottle-shared.conf", replace...)
 	must(t, os.WriteFile(filepath.Join(dir, "site.conf"), []byte(site), 0o644))
-	tmp := filepath.Join(dir, "tmp")
-	must(t, os.Mkdir(tmp, 0o777))
 	var load strings.Builder
 	for _, m := range nginxLuaModules {
 		fmt.Fprintf(&load, "load_module %s;\n", m)
 	}
-	conf := fmt.Sprintf(`%[3]sworker_processes 1;
-error_log %[1]s/error.log notice;
-pid %[1]s/nginx.pid;
-events { worker_connections 256; }
-http {
-    access_log off;
-    client_body_temp_path %[2]s/body;
-    proxy_temp_path %[2]s/proxy;
-    fastcgi_temp_path %[2]s/fastcgi;
-    uwsgi_temp_path %[2]s/uwsgi;
-    scgi_temp_path %[2]s/scgi;
-    include %[1]s/site.conf;
-}
-`, dir, tmp, load.String())
-	must(t, os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644))
+	writeNginxConf(t, dir, load.String(), "notice", "")
 	runProxy(t, exec.Command(nginx, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;"), port, filepath.Join(dir, "stderr.log"))
 	u, log := fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), filepath.Join(dir, "error.log")
 	// The port accepts once the master listens; a request answered means

@@ -45,25 +45,7 @@ func startNginxPipeline(t *testing.T, sock string) (string, string) {
 		"-- timeout = 20,", "timeout = 2000,",
 		"access(ngx.var.remote_addr)", "access(ngx.var.http_x_tag or ngx.var.remote_addr)")
 	must(t, os.WriteFile(filepath.Join(dir, "site.conf"), []byte(site), 0o644))
-	tmp := filepath.Join(dir, "tmp")
-	must(t, os.Mkdir(tmp, 0o777))
-	conf := fmt.Sprintf(`load_module /usr/lib/nginx/modules/ndk_http_module.so;
-load_module %[3]s;
-worker_processes 1;
-error_log %[1]s/error.log notice;
-pid %[1]s/nginx.pid;
-events { worker_connections 256; }
-http {
-    access_log off;
-    client_body_temp_path %[2]s/body;
-    proxy_temp_path %[2]s/proxy;
-    fastcgi_temp_path %[2]s/fastcgi;
-    uwsgi_temp_path %[2]s/uwsgi;
-    scgi_temp_path %[2]s/scgi;
-    include %[1]s/site.conf;
-}
-`, dir, tmp, lua)
-	must(t, os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644))
+	writeNginxConf(t, dir, "load_module /usr/lib/nginx/modules/ndk_http_module.so;\nload_module "+lua+";\n", "notice", "")
 	runProxy(t, exec.Command(nginx, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;"), port, filepath.Join(dir, "stderr.log"))
 	return fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), filepath.Join(dir, "error.log")
 }

@@ -166,23 +166,7 @@ func TestNginx(t *testing.T) {
 		"root /var/www/html;", "root "+www+";",
 		"server 127.0.0.1:7072;", "server "+httpAddr+";")
 	must(t, os.WriteFile(filepath.Join(dir, "site.conf"), []byte(site), 0o644))
-	tmp := filepath.Join(dir, "tmp")
-	must(t, os.Mkdir(tmp, 0o777))
-	conf := fmt.Sprintf(`worker_processes 1;
-error_log %[1]s/error.log;
-pid %[1]s/nginx.pid;
-events { worker_connections 256; }
-http {
-    access_log off;
-    client_body_temp_path %[2]s/body;
-    proxy_temp_path %[2]s/proxy;
-    fastcgi_temp_path %[2]s/fastcgi;
-    uwsgi_temp_path %[2]s/uwsgi;
-    scgi_temp_path %[2]s/scgi;
-    include %[1]s/site.conf;
-}
-`, dir, tmp)
-	must(t, os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644))
+	writeNginxConf(t, dir, "", "", "")
 	log := filepath.Join(dir, "error.log")
 	runProxy(t, exec.Command(nginx, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;"), port, filepath.Join(dir, "stderr.log"))
 	checkThrottled(t, fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), d, log)
@@ -262,14 +246,41 @@ func TestNginxLua(t *testing.T) {
 		// 50 ms is the production figure; a loaded test machine may take
 		// longer, and a query that times out is served, not refused.
 		"burst = 20,", "burst = 3, timeout = 500,")
-	tmp := filepath.Join(dir, "tmp")
-	must(t, os.Mkdir(tmp, 0o777))
 	var load strings.Builder
 	for _, m := range nginxLuaModules {
 		fmt.Fprintf(&load, "load_module %s;\n", m)
 	}
-	conf := fmt.Sprintf(`%[4]sworker_processes 1;
-error_log %[1]s/error.log;
+	writeNginxConf(t, dir, load.String(), "", fmt.Sprintf(`%[2]s
+    server {
+        listen 127.0.0.1:%[1]d;
+        root %[3]s;
+        location / {
+            access_by_lua_block { require("dthrottle").access(ngx.var.remote_addr) }
+            try_files $uri =404;
+        }
+    }
+`, port, httpPart, www))
+	runProxy(t, exec.Command(nginx, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;"), port, filepath.Join(dir, "stderr.log"))
+	checkThrottled(t, fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), d, filepath.Join(dir, "error.log"))
+}
+
+// writeNginxConf writes dir/nginx.conf for an nginx run by a test: head
+// first (load_module lines), one worker, its error log at level (empty:
+// nginx's default) and its pid in dir, its temporary files in dir/tmp,
+// and http { body } (empty: the site in dir/site.conf). It returns the
+// file's path.
+func writeNginxConf(t *testing.T, dir, head, level, body string) string {
+	t.Helper()
+	tmp := filepath.Join(dir, "tmp")
+	must(t, os.Mkdir(tmp, 0o777))
+	if level != "" {
+		level = " " + level
+	}
+	if body == "" {
+		body = "    include " + dir + "/site.conf;\n"
+	}
+	conf := fmt.Sprintf(`%[3]sworker_processes 1;
+error_log %[1]s/error.log%[4]s;
 pid %[1]s/nginx.pid;
 events { worker_connections 256; }
 http {
@@ -279,18 +290,9 @@ http {
     fastcgi_temp_path %[2]s/fastcgi;
     uwsgi_temp_path %[2]s/uwsgi;
     scgi_temp_path %[2]s/scgi;
-%[5]s
-    server {
-        listen 127.0.0.1:%[3]d;
-        root %[6]s;
-        location / {
-            access_by_lua_block { require("dthrottle").access(ngx.var.remote_addr) }
-            try_files $uri =404;
-        }
-    }
-}
-`, dir, tmp, port, load.String(), httpPart, www)
-	must(t, os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644))
-	runProxy(t, exec.Command(nginx, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;"), port, filepath.Join(dir, "stderr.log"))
-	checkThrottled(t, fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), d, filepath.Join(dir, "error.log"))
+%[5]s}
+`, dir, tmp, head, level, body)
+	path := filepath.Join(dir, "nginx.conf")
+	must(t, os.WriteFile(path, []byte(conf), 0o644))
+	return path
 }
