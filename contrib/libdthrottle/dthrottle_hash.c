@@ -17,22 +17,6 @@ static inline uint64_t mix(uint64_t a, uint64_t b)
     return (uint64_t)(p >> 64) ^ (uint64_t)p;
 }
 
-/* r4 and r8 load little-endian words from anywhere in the key (the host
- * is little-endian: dthrottle_internal.h). */
-static inline uint64_t r4(const unsigned char *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
-
-static inline uint64_t r8(const unsigned char *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
-
 uint64_t dt_hash(uint64_t seed, const void *key, size_t n)
 {
     return dt_hash_mixed(dt_mix_seed(seed), key, n);
@@ -55,18 +39,18 @@ uint64_t dt_hash_mixed(uint64_t seed, const void *key, size_t n)
         a = (uint64_t)k[0] << 16 | (uint64_t)k[n >> 1] << 8 | k[n - 1];
     } else if (n <= 16) {
         size_t q = (n >> 3) << 2;
-        a = r4(k) << 32 | r4(k + q);
-        b = r4(k + n - 4) << 32 | r4(k + n - 4 - q);
+        a = (uint64_t)ldu4(k) << 32 | ldu4(k + q);
+        b = (uint64_t)ldu4(k + n - 4) << 32 | ldu4(k + n - 4 - q);
     } else {
         const unsigned char *q = k;
         size_t i = n;
         while (i > 16) {
-            seed = mix(r8(q) ^ P1, r8(q + 8) ^ seed);
+            seed = mix(ldu8(q) ^ P1, ldu8(q + 8) ^ seed);
             q += 16;
             i -= 16;
         }
-        a = r8(k + n - 16);
-        b = r8(k + n - 8);
+        a = ldu8(k + n - 16);
+        b = ldu8(k + n - 8);
     }
     a ^= P1;
     b ^= seed;

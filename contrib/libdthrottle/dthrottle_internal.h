@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "dthrottle_table.h"
 
@@ -177,5 +178,21 @@ DT_HIDDEN int dt_send_all(int fd, struct iovec *iov, int iovcnt, int rights);
  * EPROTO. It returns 0, or -1 and errno, having closed every descriptor
  * it took. */
 DT_HIDDEN int dt_recv_reply(int fd, char reply[3], int *fds, int *nfds);
+
+/* ldu8 and ldu4 load 8 and 4 bytes from anywhere (unaligned), in the
+ * host's order, which is little-endian (above). */
+static inline uint64_t ldu8(const unsigned char *p)
+{
+    uint64_t x;
+    memcpy(&x, p, sizeof(x));
+    return x;
+}
+
+static inline uint32_t ldu4(const unsigned char *p)
+{
+    uint32_t x;
+    memcpy(&x, p, sizeof(x));
+    return x;
+}
 
 #endif

@@ -196,21 +196,6 @@ static unsigned char *record(const struct dt_view *v, uint32_t ref)
     return v->state + v->records_off + off;
 }
 
-/* ldu8 and ldu4 load 8 and 4 bytes from anywhere (unaligned). */
-static inline uint64_t ldu8(const unsigned char *p)
-{
-    uint64_t x;
-    memcpy(&x, p, sizeof(x));
-    return x;
-}
-
-static inline uint32_t ldu4(const unsigned char *p)
-{
-    uint32_t x;
-    memcpy(&x, p, sizeof(x));
-    return x;
-}
-
 /* same_bytes reports whether the n bytes at a and b are equal. Up to 16
  * bytes (most tags: addresses, user IDs) it compares two overlapping
  * words of each, within the n bytes, and calls nothing. */
