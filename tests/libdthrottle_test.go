@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,12 +24,21 @@ var goldenDir = filepath.Join("..", "bucket", "testdata", "shared")
 func copyLibdthrottle(t *testing.T) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), "libdthrottle")
-	if err := os.Mkdir(dst, 0o755); err != nil {
+	if err := copyLibdthrottleTo(dst); err != nil {
 		t.Fatal(err)
+	}
+	return dst
+}
+
+// copyLibdthrottleTo copies the library's sources (not what was built in
+// the tree) into dst, made if need be.
+func copyLibdthrottleTo(dst string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
 	}
 	entries, err := os.ReadDir(libdthrottleDir)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	n := 0
 	for _, e := range entries {
@@ -38,18 +48,18 @@ func copyLibdthrottle(t *testing.T) string {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(libdthrottleDir, name))
-		if err != nil {
-			t.Fatal(err)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dst, name), b, 0o644)
 		}
-		if err := os.WriteFile(filepath.Join(dst, name), b, 0o644); err != nil {
-			t.Fatal(err)
+		if err != nil {
+			return err
 		}
 		n++
 	}
 	if n == 0 {
-		t.Fatalf("no sources in %s", libdthrottleDir)
+		return fmt.Errorf("no sources in %s", libdthrottleDir)
 	}
-	return dst
+	return nil
 }
 
 // runMake runs make with args in dir, failing the test with its output.

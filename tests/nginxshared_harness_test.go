@@ -1,0 +1,191 @@
+package tests
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The harness of nginx deciding in process (nginxshared_test.go): the
+// daemon's configuration, libdthrottle.so built from a copy of its
+// sources, nginx started on the shipped dthrottle-shared.conf, and what
+// the tests read back from it.
+
+// sharedDaemonConfig is proxyDaemonConfig's limit, with the admin endpoint
+// for the counters and %s for more of [listen].
+const sharedDaemonConfig = `[listen]
+unix = "%%SOCK%%"
+unix_mode = "0666"
+%s
+[limit]
+rate = 0.001
+burst = 3
+[admin]
+http = "127.0.0.1:0"
+`
+
+// sharedLib is libdthrottle.so as buildLibdthrottle built it.
+var sharedLib struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// buildLibdthrottle builds contrib/libdthrottle's libdthrottle.so once per
+// test binary, in a copy beside the test's dthrottled so that the tree
+// stays clean, and returns its path.
+func buildLibdthrottle(t *testing.T) string {
+	t.Helper()
+	requireTool(t, "cc")
+	requireTool(t, "make")
+	sharedLib.once.Do(func() {
+		dir := filepath.Join(filepath.Dir(binary), "libdthrottle-shared")
+		if sharedLib.err = copyLibdthrottleTo(dir); sharedLib.err != nil {
+			return
+		}
+		cmd := exec.Command("make", "-s", "libdthrottle.so")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			sharedLib.err = fmt.Errorf("make libdthrottle.so: %v\n%s", err, out)
+			return
+		}
+		sharedLib.path = filepath.Join(dir, "libdthrottle.so")
+	})
+	if sharedLib.err != nil {
+		t.Fatal(sharedLib.err)
+	}
+	return sharedLib.path
+}
+
+// requireNginxLua returns nginx's path, or skips (fails under CI=true)
+// without it or its Lua module.
+func requireNginxLua(t *testing.T) string {
+	t.Helper()
+	nginx := requireSbin(t, "nginx")
+	for _, m := range nginxLuaModules {
+		if _, err := os.Stat(m); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s (libnginx-mod-http-lua) is required under CI=true: %v", m, err)
+			}
+			t.Skipf("libnginx-mod-http-lua not installed: %v", err)
+		}
+	}
+	return nginx
+}
+
+// sharedTagChunk replaces the shipped access phase: ?stats=1 shows the
+// worker's counters (and those added up in dthrottle_stats, when the
+// dict is there); otherwise the tag is the X-Tag
+// header when a request has one, else the query's tag argument
+// (percent-decoded, so that it may hold any byte), both through access();
+// else the variable the query's var argument names, or the client's
+// address as shipped, through access_var().
+const sharedTagChunk = `local dt = require("dthrottle_shared")
+            if ngx.var.arg_stats then
+                local s, d = dt.stats(), ngx.shared.dthrottle_stats
+                ngx.say("ok=", s.ok, " no=", s.no, " asked=", s.asked, " bad=", s.bad, " shared=", tostring(s.shared),
+                    " dict_ok=", d and d:get("ok") or "-", " dict_no=", d and d:get("no") or "-")
+                return ngx.exit(200)
+            end
+            local tag = ngx.var.http_x_tag or (ngx.var.arg_tag and ngx.unescape_uri(ngx.var.arg_tag))
+            if tag then
+                dt.access(tag)
+            else
+                dt.access_var(ngx.var.arg_var or "remote_addr")
+            end`
+
+// startNginxShared runs nginx with contrib/nginx/dthrottle-shared.conf
+// re-pointed at sock and lib, with the replacements in more, and the tag
+// as sharedTagChunk takes it. It returns the site's URL and nginx's error
+// log.
+func startNginxShared(t *testing.T, sock, lib string, more ...string) (string, string) {
+	t.Helper()
+	nginx := requireNginxLua(t)
+	// nginx's workers run as another user (nobody) when the test is root.
+	for p := filepath.Dir(sock); p != filepath.Dir(p) && strings.HasPrefix(p, os.TempDir()+"/"); p = filepath.Dir(p) {
+		must(t, os.Chmod(p, 0o755))
+	}
+	dir, www := proxySite(t)
+	// A directory's index is an internal redirect, which runs the access
+	// phase again: it must not spend a second token.
+	must(t, os.WriteFile(filepath.Join(www, "index.html"), []byte("index\n"), 0o644))
+	port := freePort(t)
+	contrib, err := filepath.Abs("../contrib/nginx")
+	must(t, err)
+	replace := append([]string{
+		"listen 8080;", fmt.Sprintf("listen 127.0.0.1:%d;", port),
+		"root /var/www/html;", "root " + www + ";",
+		"/etc/nginx/dthrottle/", contrib + "/",
+		"/usr/local/lib/libdthrottle.so", lib,
+		"/run/dthrottle/dthrottle.sock", sock,
+		"rate = 1,", "rate = 0.001,",
+		"burst = 10,", "burst = 3,",
+		// A long timeout: on a loaded machine a slow answer must not turn
+		// into a fail-open one. An absent daemon still fails at once.
+		"-- timeout = 50,", "timeout = 2000,",
+		`require("dthrottle_shared").access_var("remote_addr")`, sharedTagChunk,
+	}, more...)
+	site := contribConfig(t, "nginx/dthrottle-shared.conf", replace...)
+	must(t, os.WriteFile(filepath.Join(dir, "site.conf"), []byte(site), 0o644))
+	var load strings.Builder
+	for _, m := range nginxLuaModules {
+		fmt.Fprintf(&load, "load_module %s;\n", m)
+	}
+	writeNginxConf(t, dir, load.String(), "notice", "")
+	runProxy(t, exec.Command(nginx, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;"), port, filepath.Join(dir, "stderr.log"))
+	u, log := fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), filepath.Join(dir, "error.log")
+	// The port accepts once the master listens; a request answered means
+	// the worker has run init_worker, and so attached.
+	if res := sharedGet(t, u+"?tag=", "", log); res.StatusCode != http.StatusOK {
+		t.Fatalf("an empty tag: %s, want 200", res.Status)
+	}
+	return u, log
+}
+
+// sharedGet fetches u with X-Tag: tag (none when empty) and returns the
+// response, its body read.
+func sharedGet(t *testing.T, u, tag, log string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	must(t, err)
+	if tag != "" {
+		req.Header.Set("X-Tag", tag)
+	}
+	res, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		b, _ := os.ReadFile(log)
+		t.Fatalf("GET %s (tag %q): %v\n%s", u, tag, err, b)
+	}
+	res.Body.Close()
+	return res
+}
+
+// workerStats returns what ?stats=1 shows.
+func workerStats(t *testing.T, u, log string) string {
+	t.Helper()
+	res, err := (&http.Client{Timeout: 5 * time.Second}).Get(u + "?stats=1")
+	if err != nil {
+		b, _ := os.ReadFile(log)
+		t.Fatalf("GET %s?stats=1: %v\n%s", u, err, b)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	must(t, err)
+	return strings.TrimSpace(string(b))
+}
+
+// sharedCounts returns what d was asked over its socket and what it
+// decided in all, in process included.
+func sharedCounts(t *testing.T, d *daemon) (socket, decided float64) {
+	t.Helper()
+	fams := scrape(t, d.admin)
+	return metric(t, fams, "dthrottle_requests_total"),
+		metric(t, fams, "dthrottle_queries_total", "result=ok") + metric(t, fams, "dthrottle_queries_total", "result=no")
+}
