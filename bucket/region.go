@@ -41,6 +41,7 @@ const (
 	headerSize      = 4096
 	shardEntrySize  = 64
 	policyBlockMax  = 16 << 20
+	maxPolicyName   = 255 // the longest policy name the block carries; longer ones are cut
 	countedPolicies = 1024
 	// counterStripes spreads the counts made in process over cache lines:
 	// a decision counts in the stripe of its tag's hash (the top 6 bits of

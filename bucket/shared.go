@@ -39,7 +39,11 @@ func (r *region) setMaxKey(n int) { atomic.StoreUint32(r.u32(hdrMaxKey), uint32(
 // fits puts the table back to live.
 func (r *region) writePolicies(set policySet) {
 	x := set[0].index
-	size := 16 + 32*len(set) + 8*len(x.nodes) + 8*len(x.edges)
+	names := 0
+	for i := range set {
+		names += 2 + min(len(set[i].Name), maxPolicyName)
+	}
+	size := 16 + 32*len(set) + 8*len(x.nodes) + 8*len(x.edges) + names
 	if size > policyBlockMax {
 		r.setState(stateAsking)
 		return
@@ -54,7 +58,7 @@ func (r *region) writePolicies(set policySet) {
 	le.PutUint32(b[0:], uint32(len(set)))
 	le.PutUint32(b[4:], uint32(len(x.nodes)))
 	le.PutUint32(b[8:], uint32(len(x.edges)))
-	le.PutUint32(b[12:], 0)
+	le.PutUint32(b[12:], uint32(names))
 	p := b[16:]
 	for i := range set {
 		c := &set[i]
@@ -79,6 +83,11 @@ func (r *region) writePolicies(set policySet) {
 		le.PutUint32(p[0:], uint32(e.b))
 		le.PutUint32(p[4:], e.next)
 		p = p[8:]
+	}
+	for i := range set {
+		name := set[i].Name[:min(len(set[i].Name), maxPolicyName)]
+		le.PutUint16(p, uint16(len(name)))
+		p = p[2+copy(p[2:], name):]
 	}
 	atomic.StoreUint64(r.u64(hdrPolicyActive), off)
 	atomic.AddUint32(seq, 1)

@@ -3,6 +3,8 @@ package bucket
 import (
 	"encoding/binary"
 	"errors"
+	"math"
+	"strconv"
 	"sync/atomic"
 	"unsafe"
 )
@@ -233,6 +235,52 @@ func (v *View) policy(tag []byte) (pol []byte, pi int, ok bool) {
 		return nil, 0, false
 	}
 	return b[16+32*best : 16+32*best+32], best, true
+}
+
+// Policy returns policy pi of the block in force as far as the block
+// tells it (name, action, burst, rate, dry run; no prefix), for the
+// headers of an answer decided by Decide. ok is false while the daemon
+// rewrites the policies, for an index the block does not hold, and for a
+// block that does not hold together. A block written without names gives
+// the default's name, "default", and the index for the others.
+func (v *View) Policy(pi int) (p Policy, ok bool) {
+	le := binary.LittleEndian
+	seq := v.hdr32(hdrPolicySeq)
+	off := v.hdr64(hdrPolicyActive)
+	if seq&1 != 0 || pi < 0 || off > uint64(len(v.ro))-16 {
+		return Policy{}, false
+	}
+	b := v.ro[off:]
+	n, nodes, edges := uint64(le.Uint32(b)), uint64(le.Uint32(b[4:])), uint64(le.Uint32(b[8:]))
+	names := uint64(le.Uint32(b[12:]))
+	size := 16 + 32*n + 8*nodes + 8*edges
+	if uint64(pi) >= n || size+names > policyBlockMax || size+names > uint64(len(b)) {
+		return Policy{}, false
+	}
+	pol := b[16+32*pi:]
+	p = Policy{Action: Action(pol[0]), DryRun: pol[1] != 0, Burst: int(le.Uint32(pol[4:])), Rate: math.Float64frombits(le.Uint64(pol[24:]))}
+	nb := b[size : size+names]
+	for i := 0; len(nb) >= 2; i++ {
+		k := int(le.Uint16(nb))
+		if k > len(nb)-2 {
+			break
+		}
+		if i == pi {
+			p.Name = string(nb[2 : 2+k])
+			break
+		}
+		nb = nb[2+k:]
+	}
+	if p.Name == "" {
+		p.Name = "default"
+		if pi > 0 {
+			p.Name = strconv.Itoa(pi)
+		}
+	}
+	if v.hdr32(hdrPolicySeq) != seq {
+		return Policy{}, false
+	}
+	return p, true
 }
 
 // find returns the record of tag in shard si, or nil.

@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 
@@ -236,5 +237,46 @@ func TestViewPolicyBlockTooLarge(t *testing.T) {
 	tb.reg.writePolicies(set)
 	if d := v.Decide(ns(0), []byte("a")); d.Code != Left {
 		t.Fatalf("a retired table after a reload: %v, want Left", d.Code)
+	}
+}
+
+// TestViewPolicyNames: the policy block carries each policy's name, burst
+// and rate, so that an answer decided in process states the same headers
+// as the daemon's; a reload renames them; a name past 255 bytes is cut.
+func TestViewPolicyNames(t *testing.T) {
+	long := string(make([]byte, 300))
+	tb, v := sharedTable(t, Policy{Rate: 2, Burst: 5},
+		Policy{Name: "logins", Prefix: "login:", Rate: 0.5, Burst: 1, DryRun: true},
+		Policy{Prefix: "no:", Action: Deny},
+		Policy{Name: long, Prefix: "x:", Rate: 1, Burst: 3})
+	want := []Policy{
+		{Name: "default", Rate: 2, Burst: 5},
+		{Name: "logins", Rate: 0.5, Burst: 1, DryRun: true},
+		{Name: "no:", Action: Deny},
+		{Name: long[:255], Rate: 1, Burst: 3},
+	}
+	for i, w := range want {
+		p, ok := v.Policy(i)
+		if !ok || p != w {
+			t.Errorf("policy %d: %+v %v, want %+v", i, p, ok, w)
+		}
+	}
+	if _, ok := v.Policy(len(want)); ok {
+		t.Errorf("policy %d of %d: ok", len(want), len(want))
+	}
+	if _, ok := v.Policy(-1); ok {
+		t.Error("policy -1: ok")
+	}
+	if err := tb.Reconfigure(at(0), Config{Default: Policy{Name: "base", Rate: 1, Burst: 2}, MaxTags: 1000, MaxTagBytes: 64}); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := v.Policy(0); !ok || p.Name != "base" || p.Burst != 2 {
+		t.Errorf("policy 0 after a reload: %+v %v, want base with burst 2", p, ok)
+	}
+	// A block whose names overrun the memory holds no policy.
+	off := v.hdr64(hdrPolicyActive)
+	binary.LittleEndian.PutUint32(tb.reg.ro[off+12:], 1<<30)
+	if p, ok := v.Policy(0); ok {
+		t.Errorf("policy 0 with its names past the block: %+v, ok", p)
 	}
 }

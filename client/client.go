@@ -81,6 +81,11 @@ type Config struct {
 	// consecutive failure up to MaxBackoff. 0 means DefaultMinBackoff
 	// (10 ms) and DefaultMaxBackoff (5 s).
 	MinBackoff, MaxBackoff time.Duration
+	// NoShare asks every query over the socket even when the daemon
+	// shares its table. By default a Client on a Unix socket decides in
+	// process from the shared table when the daemon offers it (see
+	// Decision and Path).
+	NoShare bool
 }
 
 // Stats is a snapshot of a Client's counters, all since New. Every Allow
@@ -98,12 +103,15 @@ type Stats struct {
 	FailClosed uint64 // requests refused because the daemon could not answer
 	Dials      uint64 // connection attempts
 	Reconnects uint64 // successful dials that replaced a lost connection
+	InProcess  uint64 // of OK and NO, the answers decided in process from the shared table
+	Attaches   uint64 // successful attaches to the shared table
 }
 
 // counters are a Client's statistics, updated atomically.
 type counters struct {
 	ok, no, timeouts, errors, canceled, backedOff, invalid atomic.Uint64
 	failOpen, failClosed, dials, reconnects                atomic.Uint64
+	inProcess, attaches                                    atomic.Uint64
 }
 
 // Client asks one dthrottled whether requests should be served. It is safe
@@ -117,6 +125,7 @@ type Client struct {
 	slots            []slot
 	next             atomic.Uint32
 	stats            counters
+	sharing          sharing
 
 	closed atomic.Bool
 	wg     sync.WaitGroup // connections' reader and writer goroutines
@@ -165,14 +174,16 @@ func New(cfg Config) (*Client, error) {
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		return nil, fmt.Errorf("client: max backoff %v below min backoff %v", cfg.MaxBackoff, cfg.MinBackoff)
 	}
-	return &Client{
+	c := &Client{
 		network: cfg.Network,
 		address: cfg.Address,
 		timeout: cfg.Timeout,
 		failOK:  cfg.FailMode == FailOpen,
 		health:  health{min: cfg.MinBackoff, max: cfg.MaxBackoff, hold: cfg.Timeout, now: time.Now},
 		slots:   make([]slot, cfg.Conns),
-	}, nil
+	}
+	c.sharing.on = cfg.Network == "unix" && !cfg.NoShare
+	return c, nil
 }
 
 // Allow asks the daemon whether a request with this tag should be served:
@@ -185,13 +196,35 @@ func New(cfg Config) (*Client, error) {
 // use as it is. The one exception is an invalid tag (ErrInvalidTag), which
 // is always refused.
 func (c *Client) Allow(ctx context.Context, tag string) (bool, error) {
+	d, err := c.Check(ctx, tag)
+	return d.OK, err
+}
+
+// Check is Allow, answering with the Decision: how it was made and, when
+// made in process, what it knows of the tag's bucket for the headers.
+func (c *Client) Check(ctx context.Context, tag string) (Decision, error) {
 	if tag == "" {
-		return true, nil
+		return Decision{OK: true, Path: InProcess}, nil
 	}
 	if len(tag) > MaxTagLen || strings.IndexByte(tag, '\n') >= 0 {
 		c.stats.invalid.Add(1)
-		return false, ErrInvalidTag
+		return Decision{Path: Failed}, ErrInvalidTag
 	}
+	if !c.closed.Load() {
+		if d, ok := c.decideShared(tag); ok {
+			return d, nil
+		}
+	}
+	ok, err := c.ask(ctx, tag)
+	if err != nil {
+		return Decision{OK: ok, Path: Failed}, err
+	}
+	c.attachSoon()
+	return Decision{OK: ok, Path: Asked}, nil
+}
+
+// ask asks the daemon over the socket.
+func (c *Client) ask(ctx context.Context, tag string) (bool, error) {
 	if c.closed.Load() {
 		c.stats.backedOff.Add(1)
 		return c.failed(), ErrClosed
@@ -342,6 +375,7 @@ func (c *Client) Stats() Stats {
 		BackedOff: s.backedOff.Load(), Invalid: s.invalid.Load(),
 		FailOpen: s.failOpen.Load(), FailClosed: s.failClosed.Load(),
 		Dials: s.dials.Load(), Reconnects: s.reconnects.Load(),
+		InProcess: s.inProcess.Load(), Attaches: s.attaches.Load(),
 	}
 }
 
@@ -350,6 +384,9 @@ func (c *Client) Stats() Stats {
 // fail mode and ErrClosed. Close is safe to call more than once.
 func (c *Client) Close() error {
 	c.closed.Store(true)
+	c.sharing.mu.Lock()
+	c.sharing.cur.Store(nil)
+	c.sharing.mu.Unlock()
 	for i := range c.slots {
 		s := &c.slots[i]
 		s.mu.Lock()

@@ -8,6 +8,21 @@
 // reader goroutine, which hands each reply to the oldest waiting query (a
 // FIFO per connection, as the protocol answers in request order).
 //
+// # Deciding in process
+//
+// On a Unix socket, when the daemon shares its table (its default,
+// docs/shared-table.md), the Client maps the table after the first query
+// the daemon answers and decides every tag the table holds in its own
+// address space: a hash, a probe and a compare-and-swap, no round trip.
+// A tag the table does not hold yet is asked over the socket, and the
+// daemon inserts it. [Client.Check] says which path decided
+// ([Decision.Path]) and, when decided in process, what the bucket holds,
+// for the headers ([Decision.SetHeaders]); [Stats] counts the decisions
+// made in process and the attaches. When the daemon leaves the table (it
+// stopped, or has not beaten in it for a second), queries go back to the
+// socket and what follows applies; its next answer attaches again.
+// [Config.NoShare] asks every query over the socket.
+//
 // # Failing safe
 //
 // Every query is bounded by [Config.Timeout] (5 ms by default), dialing
@@ -47,5 +62,7 @@
 //
 // [Handler] (and [Client.Middleware]) wraps a net/http handler: each
 // request's tag comes from a function of the request; a refused request is
-// answered 429 Too Many Requests with a Retry-After header.
+// answered 429 Too Many Requests with the headers of [Decision.SetHeaders]
+// (Retry-After, and RateLimit-Policy and RateLimit when decided in
+// process).
 package client

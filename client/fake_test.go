@@ -164,9 +164,12 @@ func (c *fakeClock) step(d time.Duration) {
 
 // newTestClient returns a Client on path with cfg's other fields, stepped
 // by clk when clk is not nil, closed when the test ends.
+// The fake daemons speak the line protocol only: the Client must not
+// attach to them (shared_test.go tests attaching against a real table).
 func newTestClient(t testing.TB, path string, cfg Config, clk *fakeClock) *Client {
 	t.Helper()
 	cfg.Address = path
+	cfg.NoShare = true
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -7,9 +7,9 @@ import (
 
 // Handler is net/http middleware: it asks the Client about each request's
 // tag and serves the request with Next, or answers 429 Too Many Requests
-// with a Retry-After header. When the daemon cannot answer, the Client's
-// fail mode decides. Fields must not change while it serves; it is then
-// safe for concurrent use. Client, Tag and Next are required.
+// with the headers of Decision.SetHeaders. When the daemon cannot answer,
+// the Client's fail mode decides. Fields must not change while it serves;
+// it is then safe for concurrent use. Client, Tag and Next are required.
 type Handler struct {
 	Client *Client
 	// Tag returns a request's throttling tag, for example RemoteIP, or
@@ -19,8 +19,9 @@ type Handler struct {
 	// Next serves the requests that are allowed.
 	Next http.Handler
 	// RetryAfter is the Retry-After header of a 429, in seconds. "" means
-	// "1": a bucket refilling at one token per second or faster has a
-	// token again by then.
+	// the bucket's (Decision.SetHeaders) when the refusal was decided in
+	// process, and "1" otherwise: a bucket refilling at one token per
+	// second or faster has a token again by then.
 	RetryAfter string
 	// Refused, if not nil, answers refused requests instead of the plain
 	// 429; it should set the status and Retry-After itself.
@@ -30,7 +31,8 @@ type Handler struct {
 // ServeHTTP implements http.Handler. The query uses the request's context:
 // a request canceled by its client fails open (or closed) at once.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if ok, _ := h.Client.Allow(r.Context(), h.Tag(r)); ok {
+	d, _ := h.Client.Check(r.Context(), h.Tag(r))
+	if d.OK {
 		h.Next.ServeHTTP(w, r)
 		return
 	}
@@ -38,16 +40,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.Refused.ServeHTTP(w, r)
 		return
 	}
-	ra := h.RetryAfter
-	if ra == "" {
-		ra = "1"
+	d.SetHeaders(w.Header())
+	if h.RetryAfter != "" {
+		w.Header().Set("Retry-After", h.RetryAfter)
 	}
-	w.Header().Set("Retry-After", ra)
 	http.Error(w, "429 too many requests", http.StatusTooManyRequests)
 }
 
 // Middleware returns a function wrapping a handler in a Handler that tags
-// requests with tag and answers 429 with "Retry-After: 1" when refused.
+// requests with tag and answers 429 with the headers of
+// Decision.SetHeaders when refused.
 func (c *Client) Middleware(tag func(*http.Request) string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return &Handler{Client: c, Tag: tag, Next: next}

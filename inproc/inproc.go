@@ -60,7 +60,7 @@ type Table struct {
 	path     string
 	failOpen bool
 
-	view atomic.Pointer[mapping] // nil while not attached
+	view atomic.Pointer[Mapping] // nil while not attached
 
 	mu   sync.Mutex // guards conn, rd, next, the reattaching
 	conn *net.UnixConn
@@ -70,10 +70,30 @@ type Table struct {
 	local, asked, failed, attaches atomic.Uint64
 }
 
-// mapping is one attach's mapped files.
-type mapping struct {
+// Mapping is one attach's mapped files: the daemon's table, as it was
+// when the daemon handed it out. Mappings are never unmapped (goroutines
+// may be deciding from one when the daemon leaves it): a few pages of
+// address space per restart of the daemon.
+type Mapping struct {
 	view         *bucket.View
 	table, state []byte
+}
+
+// Decide decides a query for tag at now (Unix nanoseconds) from the
+// mapping; see bucket.View.Decide. It is safe for concurrent use.
+func (m *Mapping) Decide(now int64, tag []byte) bucket.Decision { return m.view.Decide(now, tag) }
+
+// Attach connects to the daemon's Unix socket at path, asks for its
+// table, maps it and closes the connection, all within timeout. A daemon
+// that does not share its table gives a nil Mapping and no error.
+func Attach(path string, timeout time.Duration) (*Mapping, error) {
+	d := net.Dialer{Timeout: timeout}
+	nc, err := d.Dial("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	return request(nc.(*net.UnixConn), timeout)
 }
 
 // Open attaches to the daemon listening on the Unix socket path. failOpen
@@ -118,7 +138,7 @@ func (t *Table) Decide(tag []byte) Result {
 
 // leave drops mapping m, which the daemon left, unless another goroutine
 // already did.
-func (t *Table) leave(m *mapping) {
+func (t *Table) leave(m *Mapping) {
 	if t.view.CompareAndSwap(m, nil) {
 		// Other goroutines may still be reading m: leave it mapped (a few
 		// pages of address space per restart of the daemon).
@@ -176,7 +196,7 @@ func (t *Table) attachLocked() error {
 	if err != nil {
 		return err
 	}
-	m, err := request(c)
+	m, err := request(c, time.Second)
 	if err != nil {
 		c.Close()
 		return err
@@ -190,14 +210,14 @@ func (t *Table) attachLocked() error {
 }
 
 // request sends the attach request on c and maps the files the daemon
-// sends back, if any.
-func request(c *net.UnixConn) (*mapping, error) {
+// sends back, if any, within timeout.
+func request(c *net.UnixConn, timeout time.Duration) (*Mapping, error) {
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, err
 	}
 	defer null.Close()
-	c.SetDeadline(time.Now().Add(time.Second))
+	c.SetDeadline(time.Now().Add(timeout))
 	defer c.SetDeadline(time.Time{})
 	if _, _, err := c.WriteMsgUnix([]byte("\n"), syscall.UnixRights(int(null.Fd())), nil); err != nil {
 		return nil, err
@@ -245,7 +265,7 @@ func rights(oob []byte) []int {
 }
 
 // mapFiles maps the table file read-only and the state file read-write.
-func mapFiles(tfd, sfd int) (*mapping, error) {
+func mapFiles(tfd, sfd int) (*Mapping, error) {
 	size := func(fd int) (int, error) {
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
@@ -276,7 +296,7 @@ func mapFiles(tfd, sfd int) (*mapping, error) {
 		unix.Munmap(sb)
 		return nil, errors.Join(err, errors.New("inproc: the daemon sent files that are not its table"))
 	}
-	return &mapping{view: v, table: tb, state: sb}, nil
+	return &Mapping{view: v, table: tb, state: sb}, nil
 }
 
 // Close closes the connection. Mappings stay until the process exits:
@@ -292,3 +312,7 @@ func (t *Table) Close() error {
 	}
 	return nil
 }
+
+// Policy returns policy pi of the mapping's table, for the headers of an
+// answer; see bucket.View.Policy.
+func (m *Mapping) Policy(pi int) (bucket.Policy, bool) { return m.view.Policy(pi) }

@@ -1,0 +1,244 @@
+package client_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dthrottle/dthrottle/client"
+	"github.com/dthrottle/dthrottle/config"
+	"github.com/dthrottle/dthrottle/internal/daemon"
+)
+
+// runDaemon runs a real daemon on the Unix socket sock with config text
+// (the [listen] section is added) until stop or the test's end.
+func runDaemon(t *testing.T, sock, text string) (stop func()) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "dthrottle.toml")
+	if err := os.WriteFile(path, []byte("[listen]\nunix = \""+sock+"\"\n"+text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.New(daemon.Options{Config: cfg, Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	for i := 0; ; i++ {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			break
+		}
+		if i == 500 {
+			t.Fatal("daemon not listening")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+			d.Close(time.Second)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func newClient(t *testing.T, cfg client.Config) *client.Client {
+	t.Helper()
+	c, err := client.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// awaitAttach checks tags of its own until c has attached n times, at
+// most for 5 s.
+func awaitAttach(t *testing.T, c *client.Client, n uint64) {
+	t.Helper()
+	for i := 0; i < 500 && c.Stats().Attaches < n; i++ {
+		c.Check(context.Background(), "warm")
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := c.Stats(); s.Attaches < n {
+		t.Fatalf("stats %+v: want %d attaches", s, n)
+	}
+}
+
+// awaitPath checks tag until a check is decided by want, at most for 5 s,
+// and returns that decision.
+func awaitPath(t *testing.T, c *client.Client, tag string, want client.Path) client.Decision {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		d, _ := c.Check(context.Background(), tag)
+		if d.Path == want {
+			return d
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s: never decided %v; stats %+v", tag, want, c.Stats())
+	return client.Decision{}
+}
+
+const limits = `[limit]
+rate = 0.001
+burst = 3
+[[policy]]
+name = "api keys"
+prefix = "api:"
+rate = 0.5
+burst = 2
+[[policy]]
+prefix = "bad:"
+action = "deny"
+`
+
+// TestCheckInProcess: a tag the table holds is decided in process, as
+// exactly as the daemon would, with the bucket's headers; the first query
+// of a new tag is asked.
+func TestCheckInProcess(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	runDaemon(t, sock, limits)
+	c := newClient(t, client.Config{Address: sock, Timeout: time.Second})
+	awaitAttach(t, c, 1)
+	if d, err := c.Check(context.Background(), "api:k"); err != nil || !d.OK || d.Path != client.Asked {
+		t.Fatalf("first query of api:k: %+v %v, want asked OK", d, err)
+	}
+	// The tag is now in the table: the next query is decided here.
+	d, _ := c.Check(context.Background(), "api:k")
+	if !d.OK || d.Path != client.InProcess || d.Limit != 2 || d.Remaining != 0 {
+		t.Errorf("second query of api:k: %+v, want OK with 0 of 2 left", d)
+	}
+	d, _ = c.Check(context.Background(), "api:k")
+	if d.OK || d.Path != client.InProcess || d.RetryAfter <= 0 || d.RetryAfter > 2*time.Second {
+		t.Fatalf("third query of api:k: %+v, want refused in process, a token within 2 s", d)
+	}
+	h := http.Header{}
+	d.SetHeaders(h)
+	if got := h.Get("Retry-After"); got != "1" && got != "2" {
+		t.Errorf("Retry-After %q, want 1 or 2", got)
+	}
+	if got := h["RateLimit-Policy"]; len(got) != 1 || got[0] != `"api keys";q=2;w=4` {
+		t.Errorf("RateLimit-Policy %q, want \"api keys\";q=2;w=4", got)
+	}
+	if got := h["RateLimit"]; len(got) != 1 || !strings.HasPrefix(got[0], `"api keys";r=0;t=`) {
+		t.Errorf("RateLimit %q, want \"api keys\";r=0;t=...", got)
+	}
+	// A deny policy refuses in process without headers of a bucket.
+	c.Check(context.Background(), "bad:x")
+	d = awaitPath(t, c, "bad:x", client.InProcess)
+	h = http.Header{}
+	d.SetHeaders(h)
+	if d.OK || len(h) != 0 {
+		t.Errorf("bad:x: %+v with headers %v, want refused with none", d, h)
+	}
+	s := c.Stats()
+	if s.InProcess < 3 || s.Attaches != 1 || s.InProcess > s.OK+s.NO {
+		t.Errorf("stats %+v: want 3 or more in process of OK+NO, one attach", s)
+	}
+}
+
+// TestCheckExact: however the queries of one tag are split between the
+// socket and the table, the tag is served exactly its burst.
+func TestCheckExact(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	runDaemon(t, sock, limits)
+	shared := newClient(t, client.Config{Address: sock, Timeout: time.Second})
+	asking := newClient(t, client.Config{Address: sock, Timeout: time.Second, NoShare: true})
+	awaitAttach(t, shared, 1)
+	served := 0
+	for i := range 40 {
+		c := shared
+		if i%3 == 0 {
+			c = asking
+		}
+		if ok, err := c.Allow(context.Background(), "one"); err != nil {
+			t.Fatal(err)
+		} else if ok {
+			served++
+		}
+	}
+	if served != 3 {
+		t.Errorf("served %d of 40, want the burst, 3", served)
+	}
+	if s := asking.Stats(); s.InProcess != 0 || s.Attaches != 0 {
+		t.Errorf("NoShare client stats %+v: want nothing in process", s)
+	}
+	if s := shared.Stats(); s.InProcess == 0 {
+		t.Errorf("sharing client stats %+v: want decisions in process", s)
+	}
+}
+
+// TestCheckDaemonRestart: when the daemon stops, the fail mode answers at
+// once; when it is back, the Client attaches again by itself.
+func TestCheckDaemonRestart(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	stop := runDaemon(t, sock, limits)
+	c := newClient(t, client.Config{Address: sock, Timeout: 100 * time.Millisecond, FailMode: client.FailClosed,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	awaitPath(t, c, "t", client.InProcess)
+	stop()
+	if d, err := c.Check(context.Background(), "t"); d.OK || d.Path != client.Failed || err == nil {
+		t.Fatalf("with the daemon stopped: %+v %v, want the fail mode (closed)", d, err)
+	}
+	runDaemon(t, sock, limits)
+	awaitAttach(t, c, 2)
+	c.Check(context.Background(), "t2") // asked: now in the new table
+	if d, _ := c.Check(context.Background(), "t2"); !d.OK || d.Path != client.InProcess || d.Remaining != 1 {
+		t.Errorf("after the restart: %+v, want served in process with 1 of 3 left", d)
+	}
+}
+
+// TestMiddlewareInProcess: the middleware answers 429 with the bucket's
+// headers once the burst is spent, deciding in process.
+func TestMiddlewareInProcess(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	runDaemon(t, sock, limits)
+	c := newClient(t, client.Config{Address: sock, Timeout: time.Second})
+	awaitAttach(t, c, 1)
+	srv := httptest.NewServer(c.Middleware(func(r *http.Request) string { return "api:" + r.Header.Get("X-Key") })(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("hello")) })))
+	defer srv.Close()
+	get := func() *http.Response {
+		req, _ := http.NewRequest("GET", srv.URL, nil)
+		req.Header.Set("X-Key", "abc")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	var codes []int
+	var last *http.Response
+	for range 4 {
+		last = get()
+		codes = append(codes, last.StatusCode)
+	}
+	if codes[0] != 200 || codes[1] != 200 || codes[2] != 429 || codes[3] != 429 {
+		t.Errorf("codes %v, want 200 200 429 429 (burst 2)", codes)
+	}
+	if last.Header.Get("Retry-After") == "" || last.Header.Get("RateLimit-Policy") != `"api keys";q=2;w=4` ||
+		!strings.HasPrefix(last.Header.Get("RateLimit"), `"api keys";r=0;t=`) {
+		t.Errorf("429 headers %v", last.Header)
+	}
+	if s := c.Stats(); s.InProcess < 3 {
+		t.Errorf("stats %+v: want the requests decided in process", s)
+	}
+}
