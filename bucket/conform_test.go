@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -96,6 +97,11 @@ func TestConformance(t *testing.T) {
 					t.Fatalf("op %d (%q at %d): %s, want %s", i+1, op.tag, op.now, got, op.want)
 				}
 			}
+			if want, err := os.ReadFile(base + ".policies"); err != nil {
+				t.Fatal(err)
+			} else if got := policyLines(v); got != string(want) {
+				t.Fatalf("policies as the view states them:\n%s\nwant (%s.policies):\n%s", got, name, want)
+			}
 			if i := firstDiff(state, after); i >= 0 {
 				t.Fatalf("state differs from %s.after at byte %d", name, i)
 			}
@@ -131,6 +137,9 @@ func writeCase(t *testing.T, c conformCase) {
 		fmt.Fprintf(&ops, "%d %s %s\n", ns(f), h, codeName(d.Code))
 	}
 	writeSparse(t, base+".after", tb.reg.rw)
+	if err := os.WriteFile(base+".policies", []byte(policyLines(v)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(base+".ops", []byte(ops.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -224,4 +233,21 @@ func unsafeBytes(w []uint64) []byte {
 		return nil
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), len(w)*8)
+}
+
+// policyLines states every policy of v as dt_conform reads NAME.policies:
+// <index> <name in hex> <action> <dry_run> <burst> <rate's bits in hex>.
+func policyLines(v *View) string {
+	var b strings.Builder
+	for i := 0; ; i++ {
+		p, ok := v.Policy(i)
+		if !ok {
+			return b.String()
+		}
+		dry := 0
+		if p.DryRun {
+			dry = 1
+		}
+		fmt.Fprintf(&b, "%d %s %d %d %d %016x\n", i, hex.EncodeToString([]byte(p.Name)), p.Action, dry, p.Burst, math.Float64bits(p.Rate))
+	}
 }

@@ -8,6 +8,9 @@
  *     NAME.state   the state file's bytes before the ops
  *     NAME.ops     one op a line: <now_ns> <tag in hex, or - for empty> <OK|NO|ASK|LEFT>
  *     NAME.after   the state file's bytes after the ops
+ *     NAME.policies (when present) one policy a line, as dt_policy must
+ *                  state it: <index> <name in hex> <action> <dry_run>
+ *                  <burst> <rate's IEEE 754 bits in hex>
  * The files may also be sparse, as the Go side writes them (see load).
  * The table is mapped read only (a write to it would fault), the state
  * copied into writable memory; each op is decided with dt_decide and its
@@ -210,6 +213,49 @@ static int parse_op(char *line, long long *now, unsigned char **tag, size_t *tag
     return -1;
 }
 
+/* check_policies checks dt_policy against NAME.policies, when there is
+ * one: the number of policies that differ (the first named), or -1 when
+ * the file cannot be read. */
+static int check_policies(const char *dir, const char *name, dt_table *t)
+{
+    char path[4096], hex[2 * 255 + 1], want[256];
+    unsigned long long bits;
+    int idx, action, dry, bad = 0;
+    unsigned burst;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s.policies", dir, name);
+    if ((f = fopen(path, "r")) == NULL) {
+        return errno == ENOENT ? 0 : -1;
+    }
+    while (fscanf(f, "%d %510s %d %d %u %llx", &idx, hex, &action, &dry, &burst, &bits) == 6) {
+        dt_policy_info p = {.name = "(dt_policy failed)"};
+        double rate;
+        size_t n = strlen(hex) / 2;
+
+        for (size_t i = 0; i < n; i++) {
+            unsigned v;
+            sscanf(hex + 2 * i, "%2x", &v);
+            want[i] = (char)v;
+        }
+        want[n] = '\0';
+        memcpy(&rate, &bits, sizeof(rate));
+        if (dt_policy(t, idx, &p) != 0 || strcmp(p.name, want) != 0 || p.action != action ||
+            p.dry_run != dry || p.burst != burst || p.rate != rate) {
+            if (bad++ == 0) {
+                printf("FAIL %s: policy %d: dt_policy states %s %d %d %u %g, want %s %d %d %u %g\n",
+                       name, idx, p.name, p.action, p.dry_run, p.burst, p.rate, want, action, dry,
+                       burst, rate);
+            }
+        }
+    }
+    if (!feof(f)) {
+        bad = -1;
+    }
+    fclose(f);
+    return bad;
+}
+
 /* run_case runs case name of dir: 0 passed, 1 failed, 2 unreadable. */
 static int run_case(const char *dir, const char *name)
 {
@@ -262,6 +308,16 @@ static int run_case(const char *dir, const char *name)
         }
     }
     rc = 1;
+    switch (check_policies(dir, name, t)) {
+    case -1:
+        fprintf(stderr, "dt_conform: %s/%s.policies: unreadable\n", dir, name);
+        rc = 2;
+        goto out;
+    case 0:
+        break;
+    default:
+        bad++;
+    }
     if (state.len != after.len) {
         printf("FAIL %s: state is %zu bytes, after %zu\n", name, state.len, after.len);
         bad++;

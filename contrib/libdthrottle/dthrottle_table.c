@@ -21,6 +21,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "dthrottle_internal.h"
@@ -34,6 +35,7 @@
 struct pblock {
     const unsigned char *policies, *nodes, *edges;
     uint32_t np, nn, ne;
+    uint32_t names; /* bytes of names after the edges; not checked here */
 };
 
 /* policy is one policy's fields. */
@@ -58,6 +60,7 @@ static int read_pblock(const struct dt_view *v, struct pblock *b)
     b->np = ld32(p, __ATOMIC_RELAXED);
     b->nn = ld32(p + 4, __ATOMIC_RELAXED);
     b->ne = ld32(p + 8, __ATOMIC_RELAXED);
+    b->names = ld32(p + 12, __ATOMIC_RELAXED);
     /* Each count is below 2^32: the sum cannot overflow 64 bits. */
     size = (uint64_t)b->np * DT_POLICY_SIZE + (uint64_t)b->nn * 8 + (uint64_t)b->ne * 8;
     if (b->np == 0 || b->nn == 0 || !fits(off + 16, size, v->table_len)) {
@@ -440,4 +443,80 @@ int dt_decide(dt_table *t, const char *tag, size_t n, int64_t now, dt_result *re
     }
     /* 7 to 10, counted in the stripe of the fragment's top 6 bits */
     return spend(v, seq, (uint32_t)h >> 26, pi, &p, ref, k, n, now, res);
+}
+
+/* ---- A policy as the headers state it. ---- */
+
+/* name_of copies the name of policy pi from the names after the edges
+ * into out (size bytes, NUL-terminated), or the default name when the
+ * block carries none, or they do not fit in the table file. */
+static void name_of(const struct dt_view *v, const struct pblock *b, int pi,
+                    char *out, size_t size)
+{
+    const unsigned char *q = b->edges + (uint64_t)b->ne * 8;
+    uint64_t left = b->names;
+
+    out[0] = '\0';
+    if (!fits((uint64_t)(q - v->table), left, v->table_len)) {
+        left = 0;
+    }
+    for (int i = 0; left >= 2; i++) {
+        uint64_t k = ld16(q, __ATOMIC_RELAXED);
+        size_t j;
+
+        if (k > left - 2) {
+            break;
+        }
+        if (i == pi) {
+            for (j = 0; j < k && j + 1 < size; j++) {
+                out[j] = (char)__atomic_load_n(q + 2 + j, __ATOMIC_RELAXED);
+            }
+            out[j] = '\0';
+            break;
+        }
+        q += 2 + k;
+        left -= 2 + k;
+    }
+    if (out[0] == '\0') {
+        if (pi == 0) {
+            snprintf(out, size, "default");
+        } else {
+            snprintf(out, size, "%d", pi);
+        }
+    }
+}
+
+int dt_policy(dt_table *t, int policy, dt_policy_info *out)
+{
+    const struct dt_view *v = __atomic_load_n(&t->view, __ATOMIC_ACQUIRE);
+    struct pblock b;
+    uint64_t w;
+    uint32_t seq;
+
+    if (v == NULL) {
+        errno = ENOTCONN;
+        return -1;
+    }
+    seq = ld32(v->table + H_POLICY_SEQ, __ATOMIC_ACQUIRE);
+    if ((seq & 1) != 0 || read_pblock(v, &b) != 0) {
+        errno = EAGAIN;
+        return -1;
+    }
+    if (policy < 0 || (uint32_t)policy >= b.np) {
+        errno = ENOENT;
+        return -1;
+    }
+    const unsigned char *q = b.policies + (uint64_t)policy * DT_POLICY_SIZE;
+    w = ld64(q, __ATOMIC_RELAXED);
+    out->action = (int)(w & 0xFF);
+    out->dry_run = (int)((w >> 8) & 0xFF);
+    out->burst = (uint32_t)(w >> 32);
+    w = ld64(q + 24, __ATOMIC_RELAXED);
+    memcpy(&out->rate, &w, sizeof(out->rate));
+    name_of(v, &b, policy, out->name, sizeof(out->name));
+    if (!seq_holds(v, seq)) {
+        errno = EAGAIN;
+        return -1;
+    }
+    return 0;
 }

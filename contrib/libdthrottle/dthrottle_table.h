@@ -54,6 +54,17 @@ typedef struct {
     int64_t reset_ns;       /* until the bucket is full (tat' - now; tat - now when refused) */
 } dt_result;
 
+/* dt_policy_info is what the table states of one policy, for the
+ * RateLimit-Policy and RateLimit headers. */
+typedef struct {
+    char name[256];  /* NUL-terminated; "default" for policy 0 and its index
+                        for another when the table carries no names */
+    int action;      /* 0 limit, 1 allow, 2 deny */
+    int dry_run;     /* 1: serves what the limit would refuse */
+    uint32_t burst;  /* the bucket's size (the header's q) */
+    double rate;     /* tokens per second (burst / rate: the window, w) */
+} dt_policy_info;
+
 /* dt_hash is the table's hash of key (n bytes) under seed, bit for bit
  * the daemon's (bucket.Hash). */
 uint64_t dt_hash(uint64_t seed, const void *key, size_t n);
@@ -106,6 +117,14 @@ int dt_ask(dt_table *t, const char *tag, size_t n);
  * mappings are safe: they are replaced by zero pages (which decide
  * nothing: DT_LEFT or DT_ASK) and unmapped by dt_close. */
 int dt_reattach(dt_table *t);
+
+/* dt_policy fills *out with policy (a dt_result's policy) as the table
+ * in use states it now. It returns 0, or -1 and errno: EAGAIN while the
+ * daemon rewrites its policies (try again, or go without the headers),
+ * ENOENT for a policy the table does not hold, ENOTCONN when t decides
+ * nothing in process. Lock-free; meant for a refusal's headers, not for
+ * every decision (it walks the names). */
+int dt_policy(dt_table *t, int policy, dt_policy_info *out);
 
 /* dt_shared reports whether t has mappings to decide in process (1), or
  * asks everything over its socket (0). */

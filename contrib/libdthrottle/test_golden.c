@@ -1,8 +1,9 @@
 /* test_golden.c: "test_table -golden DIR" writes a throwaway conformance
- * case (dt_conform's format, see dt_conform.c) twice: DIR/good/throwaway,
- * whose .after is worked out here field by field from the doc, and
- * DIR/bad/throwaway, the same with one byte of .after wrong, which
- * dt_conform must fail. It proves the driver, not the golden cases the
+ * case (dt_conform's format, see dt_conform.c) three times:
+ * DIR/good/throwaway, whose .after is worked out here field by field from
+ * the doc, DIR/bad/throwaway, the same with one byte of .after wrong, and
+ * DIR/badpolicy/throwaway, with one policy's name wrong, which dt_conform
+ * must fail. It proves the driver, not the golden cases the
  * Go side writes.
  */
 #include <errno.h>
@@ -81,7 +82,36 @@ static void set_dirty(struct tb *b, unsigned char *after, uint32_t ref)
     tb_put64(after, off, tb_get64(after, off) | (uint64_t)1 << (ref & 63));
 }
 
-static int write_case(const char *dir, struct tb *b, const unsigned char *after)
+/* write_policies writes throwaway.policies: the builder's block has no
+ * names, so dt_policy must name them "default", "1", ...; wrong names
+ * the first one "wrong" instead. */
+static int write_policies(const char *dir, int wrong)
+{
+    char path[4096];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/throwaway.policies", dir);
+    if ((f = fopen(path, "w")) == NULL) {
+        perror(path);
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof(golden_pols) / sizeof(golden_pols[0]); i++) {
+        char name[16];
+        uint64_t bits;
+
+        snprintf(name, sizeof(name), i == 0 ? (wrong ? "wrong" : "default") : "%zu", i);
+        fprintf(f, "%zu ", i);
+        for (const char *c = name; *c; c++) {
+            fprintf(f, "%02x", (unsigned char)*c);
+        }
+        memcpy(&bits, &golden_pols[i].rate, sizeof(bits));
+        fprintf(f, " %d %d %u %016llx\n", golden_pols[i].action, golden_pols[i].dry_run,
+                (unsigned)golden_pols[i].burst, (unsigned long long)bits);
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+static int write_case(const char *dir, struct tb *b, const unsigned char *after, int wrong)
 {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
         perror(dir);
@@ -89,7 +119,7 @@ static int write_case(const char *dir, struct tb *b, const unsigned char *after)
     }
     return write_file(dir, "table", b->table, b->table_len) ||
                    write_file(dir, "state", b->state, b->state_len) || write_ops(dir) ||
-                   write_file(dir, "after", after, b->state_len)
+                   write_file(dir, "after", after, b->state_len) || write_policies(dir, wrong)
                ? -1
                : 0;
 }
@@ -127,10 +157,12 @@ int write_golden(const char *dir)
     add_counter(&b, after, 0, 3, TB_OK, 1);
 
     snprintf(sub, sizeof(sub), "%s/good", dir);
-    rc = write_case(sub, &b, after);
+    rc = write_case(sub, &b, after, 0);
+    snprintf(sub, sizeof(sub), "%s/badpolicy", dir);
+    rc = rc || write_case(sub, &b, after, 1);
     after[b.records_off + 8 * (uint64_t)alpha + 8] ^= 1; /* alpha's unreported */
     snprintf(sub, sizeof(sub), "%s/bad", dir);
-    rc = rc || write_case(sub, &b, after);
+    rc = rc || write_case(sub, &b, after, 0);
     free(after);
     tb_free(&b);
     return rc ? -1 : 0;
