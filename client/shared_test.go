@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,27 +157,38 @@ func TestCheckInProcess(t *testing.T) {
 }
 
 // TestCheckExact: however the queries of one tag are split between the
-// socket and the table, the tag is served exactly its burst.
+// socket and the table, and between goroutines, the tag is served exactly
+// its burst.
 func TestCheckExact(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "d.sock")
 	runDaemon(t, sock, limits)
 	shared := newClient(t, client.Config{Address: sock, Timeout: time.Second})
 	asking := newClient(t, client.Config{Address: sock, Timeout: time.Second, NoShare: true})
 	awaitAttach(t, shared, 1)
-	served := 0
-	for i := range 40 {
-		c := shared
-		if i%3 == 0 {
-			c = asking
-		}
-		if ok, err := c.Allow(context.Background(), "one"); err != nil {
-			t.Fatal(err)
-		} else if ok {
-			served++
-		}
+	shared.Check(context.Background(), "one") // asked: the tag is in the table from now on
+	var served atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := shared
+			if g%3 == 0 {
+				c = asking
+			}
+			for range 50 {
+				if ok, err := c.Allow(context.Background(), "one"); err != nil {
+					t.Error(err)
+					return
+				} else if ok {
+					served.Add(1)
+				}
+			}
+		}()
 	}
-	if served != 3 {
-		t.Errorf("served %d of 40, want the burst, 3", served)
+	wg.Wait()
+	if served.Load() != 2 {
+		t.Errorf("served %d of 400 after the first, want the rest of the burst, 2", served.Load())
 	}
 	if s := asking.Stats(); s.InProcess != 0 || s.Attaches != 0 {
 		t.Errorf("NoShare client stats %+v: want nothing in process", s)
@@ -240,5 +253,58 @@ func TestMiddlewareInProcess(t *testing.T) {
 	}
 	if s := c.Stats(); s.InProcess < 3 {
 		t.Errorf("stats %+v: want the requests decided in process", s)
+	}
+}
+
+// TestCheckBadTags: every odd tag gets a defined answer on the shared
+// path, and the same bucket as over the socket.
+func TestCheckBadTags(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	runDaemon(t, sock, "max_tag_bytes = 64\n"+limits) // in [listen]
+	c := newClient(t, client.Config{Address: sock, Timeout: time.Second})
+	awaitAttach(t, c, 1)
+	ctx := context.Background()
+	if d, err := c.Check(ctx, "a\nb"); d.OK || err != client.ErrInvalidTag {
+		t.Errorf("a tag with a newline: %+v %v, want refused, ErrInvalidTag", d, err)
+	}
+	if d, err := c.Check(ctx, strings.Repeat("x", client.MaxTagLen+1)); d.OK || err != client.ErrInvalidTag {
+		t.Errorf("a tag past MaxTagLen: %+v %v, want refused, ErrInvalidTag", d, err)
+	}
+	if d, err := c.Check(ctx, ""); !d.OK || err != nil {
+		t.Errorf("the empty tag: %+v %v, want served", d, err)
+	}
+	// Bytes of every value, and a trailing '\r', which the daemon strips:
+	// "bin\r" and "bin..." share the bucket whichever path decides.
+	bin := "\x00\xff\x01\x80 \t;\"bin"
+	served := 0
+	for i := range 6 {
+		tag := bin
+		if i%2 == 1 {
+			tag += "\r"
+		}
+		if d, err := c.Check(ctx, tag); err != nil {
+			t.Fatalf("%q: %v", tag, err)
+		} else if d.OK {
+			served++
+		}
+	}
+	if served != 3 {
+		t.Errorf("binary tag served %d of 6, want its burst, 3", served)
+	}
+	// A tag longer than the daemon keeps verbatim is asked every time,
+	// and throttled all the same.
+	long := strings.Repeat("L", 100)
+	served = 0
+	for range 5 {
+		d, err := c.Check(ctx, long)
+		if err != nil || d.Path != client.Asked {
+			t.Fatalf("a 100-byte tag: %+v %v, want asked", d, err)
+		}
+		if d.OK {
+			served++
+		}
+	}
+	if served != 3 {
+		t.Errorf("the 100-byte tag served %d of 5, want 3", served)
 	}
 }
