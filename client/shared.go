@@ -19,7 +19,7 @@ import (
 // system call; a tag the table does not hold yet is asked over the socket
 // as before (the daemon then inserts it). The Client attaches in the
 // background, after a query the daemon answered, at most every
-// inproc.RetryEvery; when the daemon leaves the table (it stopped, or
+// inproc.RetryEvery (every 10 s while the daemon shares nothing); when the daemon leaves the table (it stopped, or
 // has not beaten in it for a second) queries go back to the socket, with
 // its timeouts, backoff and fail mode, and the next answer attaches
 // again.
@@ -106,8 +106,14 @@ type sharing struct {
 	mu        sync.Mutex // orders starting an attach with Close
 }
 
-// attachTimeout bounds one attach: a connect, one exchange and two maps.
-const attachTimeout = time.Second
+const (
+	// attachTimeout bounds one attach: a connect, one exchange and two
+	// maps.
+	attachTimeout = time.Second
+	// notSharedRetry is the pause before attaching again to a daemon that
+	// answered an attach sharing nothing.
+	notSharedRetry = 10 * time.Second
+)
 
 // decideShared decides tag in process: ok is false when it must be asked.
 func (c *Client) decideShared(tag string) (d Decision, ok bool) {
@@ -160,6 +166,11 @@ func (c *Client) attachSoon() {
 		defer c.wg.Done()
 		defer s.attaching.Store(false)
 		m, err := inproc.Attach(c.address, attachTimeout)
+		if err == nil && m == nil {
+			// The daemon answered, sharing nothing (share_table = false):
+			// look again now and then, in case a restart turns it on.
+			s.next.Store(time.Now().Add(notSharedRetry).UnixNano())
+		}
 		if err != nil || m == nil || c.closed.Load() {
 			return
 		}

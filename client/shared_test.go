@@ -308,3 +308,20 @@ func TestCheckBadTags(t *testing.T) {
 		t.Errorf("the 100-byte tag served %d of 5, want 3", served)
 	}
 }
+
+// TestCheckNotShared: a daemon that shares nothing is asked every query,
+// and attached to at most once in 10 s.
+func TestCheckNotShared(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	runDaemon(t, sock, "share_table = false\n"+limits) // in [listen]
+	c := newClient(t, client.Config{Address: sock, Timeout: time.Second})
+	for range 30 {
+		if d, err := c.Check(context.Background(), "n"); err != nil || d.Path != client.Asked {
+			t.Fatalf("%+v %v, want asked", d, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := c.Stats(); s.Attaches != 0 || s.Dials != 1 || s.InProcess != 0 {
+		t.Errorf("stats %+v: want one dial, nothing attached or decided in process", s)
+	}
+}
