@@ -6,14 +6,16 @@
 # configuration of contrib/ (nginx auth_request and Caddy forward_auth to
 # the HTTP decision endpoint; nginx's Lua module and HAProxy's Lua action
 # over the Unix socket; nginx deciding in process from the shared table,
-# contrib/nginx/dthrottle-shared.conf with libdthrottle), every request
+# contrib/nginx/dthrottle-shared.conf with libdthrottle, and HAProxy
+# likewise, contrib/haproxy/haproxy-shared.cfg with its Lua C module
+# dthrottle_shared.so), every request
 # spending a token of a tag that is never exhausted (burst 1,000,000, rate
 # 1e9). Beside them, the proxies' own limiters, as anchors of what a
 # limiter inside the proxy costs: nginx's limit_req (a zone keyed by
 # $binary_remote_addr that never refuses) and an HAProxy stick table
 # (http_req_rate tracked per source, with a deny rule that never fires);
-# and nginx running an empty access_by_lua_block, what any Lua in the
-# access phase costs before it decides anything.
+# and nginx running an empty access_by_lua_block, HAProxy a Lua converter
+# that answers true, what any Lua costs them before it decides anything.
 # Runs are interleaved (nginx off, nginx on, caddy off, ...), each round
 # starting one further on, so the machine's load falls on all alike. Printed: requests/s and the 99th
 # percentile latency of each run, and the proxy's own CPU time per request
@@ -26,20 +28,22 @@
 #   bench/proxies.sh                 # 3 rounds of 5 s each
 #   ROUNDS=5 DURATION=10s bench/proxies.sh
 #
-# Needs nginx with libnginx-mod-http-lua, caddy, haproxy, wrk, and cc and
-# make for libdthrottle (Debian: apt-get install -y nginx
-# libnginx-mod-http-lua caddy haproxy wrk gcc make).
+# Needs nginx with libnginx-mod-http-lua, caddy, haproxy, wrk, and cc,
+# make and the Lua 5.3 headers for libdthrottle and HAProxy's module
+# (Debian: apt-get install -y nginx libnginx-mod-http-lua caddy haproxy wrk
+# gcc make liblua5.3-dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5s}
 CONNS=${CONNS:-64}
-BASE=${BASE:-28080} # ports BASE to BASE+13 on 127.0.0.1, below the ephemeral range
+BASE=${BASE:-28080} # ports BASE to BASE+16 on 127.0.0.1, below the ephemeral range
 
 for tool in /usr/sbin/nginx caddy /usr/sbin/haproxy wrk cc make; do
-	command -v "$tool" >/dev/null || { echo "proxies.sh: $tool not found (apt-get install -y nginx libnginx-mod-http-lua caddy haproxy wrk gcc make)" >&2; exit 1; }
+	command -v "$tool" >/dev/null || { echo "proxies.sh: $tool not found (apt-get install -y nginx libnginx-mod-http-lua caddy haproxy wrk gcc make liblua5.3-dev)" >&2; exit 1; }
 done
+[ -e /usr/include/lua5.3/lua.h ] || { echo "proxies.sh: no Lua 5.3 headers (apt-get install -y liblua5.3-dev)" >&2; exit 1; }
 
 . bench/lib.sh
 bench_tmp proxies
@@ -52,6 +56,10 @@ go build -o "$tmp/dthrottled" ./cmd/dthrottled
 mkdir "$tmp/libdthrottle"
 cp contrib/libdthrottle/Makefile contrib/libdthrottle/*.[ch] "$tmp/libdthrottle/"
 make -s -C "$tmp/libdthrottle" libdthrottle.so >"$tmp/make.log" 2>&1 || { cat "$tmp/make.log" >&2; exit 1; }
+# HAProxy's module, from a copy of its sources, with libdthrottle's in.
+mkdir "$tmp/haproxy-mod"
+cp contrib/haproxy/Makefile contrib/haproxy/dthrottle_shared.c "$tmp/haproxy-mod/"
+make -s -C "$tmp/haproxy-mod" LIBDT="$tmp/libdthrottle" dthrottle_shared.so >"$tmp/make.log" 2>&1 || { cat "$tmp/make.log" >&2; exit 1; }
 cat >"$tmp/dthrottle.toml" <<TOML
 [listen]
 unix = "$tmp/d.sock"
@@ -70,8 +78,9 @@ pids+=($!)
 # table) BASE+10 (limit_req) BASE+12 (an empty access_by_lua), all in one
 # nginx, and BASE+8 (on, Lua) in a second one (each conf has an http
 # block's init_by_lua); caddy BASE+3 BASE+4 (fail-open BASE+5), haproxy
-# BASE+6 BASE+0 BASE+11 (stick table); dthrottled's HTTP endpoint BASE+7;
-# the shared path's counters BASE+13.
+# BASE+6 BASE+0 BASE+11 (stick table) BASE+14 (shared table) BASE+15 (a Lua
+# converter answering true); dthrottled's HTTP endpoint BASE+7; the shared
+# paths' counters BASE+13 (nginx) BASE+16 (HAProxy).
 sed -e "s|listen 8080;|listen 127.0.0.1:$((BASE + 2));|" -e "s|root /var/www/html;|root $tmp/www;|" \
 	-e "s|server 127.0.0.1:7072;|server 127.0.0.1:$((BASE + 7));|" contrib/nginx/dthrottle.conf >"$tmp/nginx-on.conf"
 sed -e "s|listen 8080;|listen 127.0.0.1:$((BASE + 9));|" -e "s|root /var/www/html;|root $tmp/www;|" \
@@ -166,10 +175,37 @@ HOME=$tmp XDG_DATA_HOME=$tmp XDG_CONFIG_HOME=$tmp caddy run --config "$tmp/Caddy
 pids+=($!)
 caddy_pid=$!
 
+# One HAProxy serves haproxy.cfg's frontend, and beside it HAProxy alone,
+# the stick table, and haproxy-shared.cfg's decision: its global lines
+# follow haproxy.cfg's (presetenv keeps the first value of a setting both
+# give), its http-request lines make a frontend of their own.
+sed -n '/^global/,/^$/p' contrib/haproxy/haproxy-shared.cfg | grep -E '^ +(presetenv|lua-prepend-path|lua-load-per-thread) ' |
+	sed -e "s|/run/dthrottle/dthrottle.sock|$tmp/d.sock|" -e "s|/usr/local/lib/lua/5.3/|$tmp/haproxy-mod/|" \
+		-e "s|/etc/haproxy/dthrottle_shared.lua|$PWD/contrib/haproxy/dthrottle_shared.lua|" >"$tmp/haproxy-shared-global"
+cat >"$tmp/luahook.lua" <<'LUA'
+core.register_converters("bench_true", function() return true end)
+LUA
+echo "    lua-load-per-thread $tmp/luahook.lua" >>"$tmp/haproxy-shared-global"
 sed -e "s|/run/dthrottle/dthrottle.sock|$tmp/d.sock|" -e "s|lua-load /etc/haproxy/dthrottle.lua|lua-load $tmp/dthrottle.lua|" \
-	-e "s|bind :8080|bind 127.0.0.1:$((BASE + 0))|" contrib/haproxy/haproxy.cfg >"$tmp/haproxy.cfg"
+	-e "s|bind :8080|bind 127.0.0.1:$((BASE + 0))|" contrib/haproxy/haproxy.cfg |
+	awk -v f="$tmp/haproxy-shared-global" '{ print } /^    lua-load / { while ((getline l < f) > 0) print l }' >"$tmp/haproxy.cfg"
 cp contrib/haproxy/dthrottle.lua "$tmp/dthrottle.lua"
 cat >>"$tmp/haproxy.cfg" <<HAPROXY
+
+frontend shared
+    bind 127.0.0.1:$((BASE + 14))
+$(grep -E '^    http-request (lua\.dthrottle_resolve|return status 429)' contrib/haproxy/haproxy-shared.cfg)
+    default_backend app
+
+frontend luahook
+    bind 127.0.0.1:$((BASE + 15))
+    http-request deny deny_status 429 unless { src,lua.bench_true -m bool }
+    default_backend app
+
+# The shared path's counters.
+frontend shared-stats
+    bind 127.0.0.1:$((BASE + 16))
+    http-request return status 200 content-type text/plain lf-string "%[lua.dthrottle_stats]"
 
 frontend off
     bind 127.0.0.1:$((BASE + 6))
@@ -186,8 +222,8 @@ HAPROXY
 pids+=($!)
 haproxy_pid=$!
 
-names=(nginx-off nginx-on nginx-lua nginx-shared nginx-limitreq nginx-luahook caddy-off caddy-on haproxy-off haproxy-on haproxy-stick)
-ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 8)) $((BASE + 9)) $((BASE + 10)) $((BASE + 12)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0)) $((BASE + 11)))
+names=(nginx-off nginx-on nginx-lua nginx-shared nginx-limitreq nginx-luahook caddy-off caddy-on haproxy-off haproxy-on haproxy-stick haproxy-shared haproxy-luahook)
+ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 8)) $((BASE + 9)) $((BASE + 10)) $((BASE + 12)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0)) $((BASE + 11)) $((BASE + 14)) $((BASE + 15)))
 bench_await proxies.sh "${ports[@]}"
 # Every server must be throttling (or limiting) as it should: a tag
 # refused here would make its figures those of a refusal.
@@ -196,13 +232,18 @@ for p in "${ports[@]}"; do
 	[ "$code" = 200 ] || { echo "proxies.sh: port $p answers $code" >&2; exit 1; }
 done
 grep -q 'dthrottle: detached' "$tmp/nginx-error.log" && { echo "proxies.sh: nginx-shared did not attach:" >&2; cat "$tmp/nginx-error.log" >&2; exit 1; }
+for _ in $(seq 50); do
+	grep -q 'dthrottle: attached to .*: deciding in process' "$tmp/haproxy.log" && break
+	sleep 0.1
+done
+grep -q 'dthrottle: attached to .*: deciding in process' "$tmp/haproxy.log" || { echo "proxies.sh: haproxy-shared did not attach:" >&2; cat "$tmp/haproxy.log" >&2; exit 1; }
 # The process whose CPU each run is charged: the proxy's own (nginx's one
 # worker, Caddy's and HAProxy's process), not dthrottled's. The servers of
 # one proxy share a process, so its paths are compared on the same one.
 nginx_worker=$(pgrep -P "$nginx_master")
 nginx_lua_worker=$(pgrep -P "$nginx_lua_master")
 cpu_pids=("$nginx_worker" "$nginx_worker" "$nginx_lua_worker" "$nginx_worker" "$nginx_worker" "$nginx_worker"
-	"$caddy_pid" "$caddy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid")
+	"$caddy_pid" "$caddy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid")
 hz=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); wrk -t2 -c$CONNS -d$DURATION --latency"
@@ -218,17 +259,21 @@ for r in $(seq "$ROUNDS"); do
 		printf 'round %d  %-14s %10.0f req/s  p99 %-8s proxy CPU %s us/request%s\n' "$r" "${names[$i]}" "$rps" "$p99" "$cpu" "${errs:+  non-2xx $errs}"
 		echo "${names[$i]} $rps $p99 $cpu" >>"$tmp/results"
 		[ "${names[$i]}" = nginx-shared ] && shared_reqs=$((${shared_reqs:-0} + reqs))
+		[ "${names[$i]}" = haproxy-shared ] && haproxy_shared_reqs=$((${haproxy_shared_reqs:-0} + reqs))
 	done
 done
 # Every request to nginx-shared was decided in its worker, bar the first,
 # asked (the tag was new), and those of the readiness checks above.
 echo "nginx-shared: $(curl -s "http://127.0.0.1:$((BASE + 13))/") (wrk counted $shared_reqs requests)"
+# Likewise HAProxy's: ok and no were decided in process.
+echo "haproxy-shared: $(curl -s "http://127.0.0.1:$((BASE + 16))/") (wrk counted $haproxy_shared_reqs requests)"
 echo
 echo "| proxy | off req/s (median) | on req/s (median) | on/off | p99 off / on (median) | proxy CPU us/request off / on (median) |"
 echo "|---|---|---|---|---|---|"
 for row in "nginx, auth_request:nginx-off:nginx-on" "nginx, Lua:nginx-off:nginx-lua" "nginx, shared table:nginx-off:nginx-shared" \
 	"nginx, limit_req (its own):nginx-off:nginx-limitreq" "nginx, empty access_by_lua:nginx-off:nginx-luahook" "caddy:caddy-off:caddy-on" "haproxy:haproxy-off:haproxy-on" \
-	"haproxy, stick table (its own):haproxy-off:haproxy-stick"; do
+	"haproxy, stick table (its own):haproxy-off:haproxy-stick" "haproxy, shared table:haproxy-off:haproxy-shared" \
+	"haproxy, a Lua converter answering true:haproxy-off:haproxy-luahook"; do
 	IFS=: read -r p offn onn <<<"$row"
 	awk -v p="$p" -v offn="$offn" -v onn="$onn" '
 		$1 == offn { off[++n] = $2; poff[n] = $3; coff[n] = $4 }
