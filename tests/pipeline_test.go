@@ -53,7 +53,7 @@ func startNginxPipeline(t *testing.T, sock string) (string, string) {
 // startHAProxyPool runs HAProxy with contrib/haproxy/haproxy-pool.cfg
 // re-pointed at sock, the tag taken from X-Tag when a request has one. It
 // returns the site's URL and HAProxy's log.
-func startHAProxyPool(t *testing.T, sock string) (string, string) {
+func startHAProxyPool(t *testing.T, sock, timeoutMS string) (string, string) {
 	t.Helper()
 	haproxy := requireSbin(t, "haproxy")
 	dir, _ := proxySite(t)
@@ -64,7 +64,7 @@ func startHAProxyPool(t *testing.T, sock string) (string, string) {
 		"setenv DTHROTTLE_SOCKET /run/dthrottle/dthrottle.sock", "setenv DTHROTTLE_SOCKET "+sock,
 		"setenv DTHROTTLE_RATE 1", "setenv DTHROTTLE_RATE 0.001",
 		"setenv DTHROTTLE_BURST 10", "setenv DTHROTTLE_BURST 3",
-		"setenv DTHROTTLE_TIMEOUT_MS 20", "setenv DTHROTTLE_TIMEOUT_MS 2000",
+		"setenv DTHROTTLE_TIMEOUT_MS 20", "setenv DTHROTTLE_TIMEOUT_MS "+timeoutMS,
 		"lua-load-per-thread /etc/haproxy/dthrottle_pool.lua", "lua-load-per-thread "+lua,
 		"bind :8080", fmt.Sprintf("bind 127.0.0.1:%d", port),
 		"    http-request lua.dthrottle", "    http-request set-var(txn.dthrottle_tag) req.hdr(x-tag) if { req.hdr(x-tag) -m found }\n    http-request lua.dthrottle")
@@ -172,8 +172,34 @@ func TestNginxPipeline(t *testing.T) {
 
 func TestHAProxyPool(t *testing.T) {
 	d := startDaemon(t, fmt.Sprintf(proxyDaemonConfig, 403))
-	url, log := startHAProxyPool(t, d.sock)
+	url, log := startHAProxyPool(t, d.sock, "2000")
 	checkConcurrent(t, url, log)
 	checkThrottled(t, url, d, log)
 	checkResumes(t, url, d.sock, log)
+}
+
+// TestHAProxyPoolIdle: a connection that sat in the pool past its
+// timeout is never used, so no query is sent twice: spaced wider than the
+// timeout, a tag's requests spend one token each, and exactly the burst
+// is served.
+func TestHAProxyPoolIdle(t *testing.T) {
+	d := startDaemon(t, fmt.Sprintf(proxyDaemonConfig, 403))
+	url, log := startHAProxyPool(t, d.sock, "100")
+	hc := &http.Client{Timeout: 5 * time.Second}
+	served := 0
+	for range 5 {
+		code, err := getTagged(t, hc, url, "idle")
+		if err != nil {
+			b, _ := os.ReadFile(log)
+			t.Fatalf("%v\n%s", err, b)
+		}
+		if code == http.StatusOK {
+			served++
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+	if served != 3 {
+		b, _ := os.ReadFile(log)
+		t.Errorf("served %d of 5 requests spaced past the timeout, want the burst, 3\n%s", served, b)
+	}
 }

@@ -29,7 +29,8 @@
 -- the connection is closed (a late answer can never answer a later
 -- request), the request is served (fail open: txn.dthrottle is "FAIL"), and
 -- the thread backs off, asking nothing for 10 ms doubling up to 2 s. An
--- idle connection that HAProxy or the daemon closed is replaced at once.
+-- idle connection the daemon closed is replaced at once; one idle for
+-- over half the timeout is closed, never used (see query).
 -- A tag with CR or LF, or over 1024 bytes, is never sent: refused.
 local socket = "unix@" .. (os.getenv("DTHROTTLE_SOCKET") or "/run/dthrottle/dthrottle.sock")
 local rate = tonumber(os.getenv("DTHROTTLE_RATE") or "1")
@@ -51,8 +52,9 @@ local h_policy = string.format('"%s";q=%d;w=%d', policy, burst, window)
 local h_limit = string.format('"%s";r=0;t=%d', policy, window)
 local h_retry = tostring(math.max(1, ceil(1 / rate)))
 
--- The thread's idle connections, and its backoff.
-local idle, nidle = {}, 0
+-- The thread's idle connections (a stack), when each was put back, and
+-- its backoff.
+local idle, idle_at, nidle = {}, {}, 0
 local down_until, backoff = 0, 0
 
 local function clock()
@@ -90,17 +92,44 @@ local function connect()
 	return sock
 end
 
+-- flush closes the thread's idle connections.
+local function flush()
+	for i = nidle, 1, -1 do
+		idle[i]:close()
+		idle[i], idle_at[i] = nil, nil
+	end
+	nidle = 0
+end
+
 -- query returns "OK", "NO", or nil and an error.
+--
+-- A query that may have reached the daemon is never sent again: the
+-- daemon would spend a second token. HAProxy's sockets say "connection
+-- closed." alike for a connection the daemon closed and for one whose
+-- timeout ran out while it sat idle, so an idle connection is used only
+-- within half the timeout of its last answer, with its timeout set anew
+-- (older ones are closed: the stack's last in is the newest). A kept
+-- connection that then fails at once, before half the timeout, is one
+-- the daemon closed before reading the line (a restart): the tag is
+-- asked once more on a new connection. One that fails later is not.
 local function query(tag)
 	local sock, line, err
+	local start = clock()
 	if nidle > 0 then
-		sock, idle[nidle], nidle = idle[nidle], nil, nidle - 1
-		line, err = ask(sock, tag)
-		if not line then
-			-- Closed while idle (HAProxy's idle timeout, a daemon restart):
-			-- try once more on a new connection.
-			sock:close()
-			sock = nil
+		if start - idle_at[nidle] < timeout / 2 then
+			sock, idle[nidle], idle_at[nidle], nidle = idle[nidle], nil, nil, nidle - 1
+			sock:settimeout(timeout)
+			line, err = ask(sock, tag)
+			if not line then
+				sock:close()
+				flush()
+				if clock() - start >= timeout / 2 then
+					return nil, err
+				end
+				sock = nil
+			end
+		else
+			flush()
 		end
 	end
 	if not sock then
@@ -116,7 +145,7 @@ local function query(tag)
 	end
 	if nidle < pool_size then
 		nidle = nidle + 1
-		idle[nidle] = sock
+		idle[nidle], idle_at[nidle] = sock, clock()
 	else
 		sock:close()
 	end
