@@ -50,6 +50,8 @@ type Decision struct {
 	Remaining  int64  // whole tokens left after the query
 	RetryAfter int64  // on No: nanoseconds until a token is earned
 	Reset      int64  // nanoseconds until the bucket is full
+
+	seq uint32 // the policy sequence the decision was made under (PolicyOf)
 }
 
 // ErrNotTable is returned by NewView for memory that is not a table.
@@ -106,7 +108,7 @@ func (v *View) Decide(now int64, tag []byte) Decision {
 	if !ok {
 		return Decision{Code: Ask}
 	}
-	d := Decision{Policy: pi, Limit: binary.LittleEndian.Uint32(pol[4:])}
+	d := Decision{Policy: pi, Limit: binary.LittleEndian.Uint32(pol[4:]), seq: seq}
 	action, dry := pol[0], pol[1]
 	if v.hdr32(hdrPolicySeq) != seq { // the policy read may be torn
 		return Decision{Code: Ask}
@@ -237,12 +239,23 @@ func (v *View) policy(tag []byte) (pol []byte, pi int, ok bool) {
 	return b[16+32*best : 16+32*best+32], best, true
 }
 
+// PolicyOf returns the policy that made decision d, as the block in
+// force states it (name, action, burst, rate, dry run; no prefix), for
+// the headers of its answer; ok is false once the policies changed since
+// (a reload may have given the index to another policy).
+func (v *View) PolicyOf(d Decision) (p Policy, ok bool) {
+	if d.seq != v.hdr32(hdrPolicySeq) {
+		return Policy{}, false
+	}
+	return v.Policy(d.Policy)
+}
+
 // Policy returns policy pi of the block in force as far as the block
-// tells it (name, action, burst, rate, dry run; no prefix), for the
-// headers of an answer decided by Decide. ok is false while the daemon
-// rewrites the policies, for an index the block does not hold, and for a
-// block that does not hold together. A block written without names gives
-// the default's name, "default", and the index for the others.
+// tells it (name, action, burst, rate, dry run; no prefix). ok is false
+// while the daemon rewrites the policies, for an index the block does not
+// hold, and for a block that does not hold together. A block without
+// names, or whose names run past it, gives the default's name, "default",
+// and the index for the others.
 func (v *View) Policy(pi int) (p Policy, ok bool) {
 	le := binary.LittleEndian
 	seq := v.hdr32(hdrPolicySeq)
@@ -254,11 +267,15 @@ func (v *View) Policy(pi int) (p Policy, ok bool) {
 	n, nodes, edges := uint64(le.Uint32(b)), uint64(le.Uint32(b[4:])), uint64(le.Uint32(b[8:]))
 	names := uint64(le.Uint32(b[12:]))
 	size := 16 + 32*n + 8*nodes + 8*edges
-	if uint64(pi) >= n || size+names > policyBlockMax || size+names > uint64(len(b)) {
+	if uint64(pi) >= n || size > policyBlockMax || size > uint64(len(b)) {
 		return Policy{}, false
 	}
+	if size+names > uint64(len(b)) {
+		names = 0
+	}
 	pol := b[16+32*pi:]
-	p = Policy{Action: Action(pol[0]), DryRun: pol[1] != 0, Burst: int(le.Uint32(pol[4:])), Rate: math.Float64frombits(le.Uint64(pol[24:]))}
+	p = Policy{Action: Action(pol[0]), DryRun: pol[1] != 0, Burst: int(le.Uint32(pol[4:])),
+		Rate: math.Float64frombits(le.Uint64(pol[24:]))}
 	nb := b[size : size+names]
 	for i := 0; len(nb) >= 2; i++ {
 		k := int(le.Uint16(nb))

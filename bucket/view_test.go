@@ -273,10 +273,23 @@ func TestViewPolicyNames(t *testing.T) {
 	if p, ok := v.Policy(0); !ok || p.Name != "base" || p.Burst != 2 {
 		t.Errorf("policy 0 after a reload: %+v %v, want base with burst 2", p, ok)
 	}
-	// A block whose names overrun the memory holds no policy.
+	// A decision's policy is the one it was made under: after a reload,
+	// none.
+	tb.Allow(at(0), []byte("q"))
+	d := v.Decide(ns(0), []byte("q"))
+	if p, ok := v.PolicyOf(d); !ok || p.Name != "base" {
+		t.Errorf("the policy of a decision: %+v %v, want base", p, ok)
+	}
+	if err := tb.Reconfigure(at(0), Config{Default: Policy{Name: "other", Rate: 1, Burst: 2}, MaxTags: 1000, MaxTagBytes: 64}); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := v.PolicyOf(d); ok {
+		t.Errorf("the policy of a decision made before a reload: %+v, ok", p)
+	}
+	// Names that overrun the memory are no names, as in C.
 	off := v.hdr64(hdrPolicyActive)
 	binary.LittleEndian.PutUint32(tb.reg.ro[off+12:], 1<<30)
-	if p, ok := v.Policy(0); ok {
-		t.Errorf("policy 0 with its names past the block: %+v, ok", p)
+	if p, ok := v.Policy(0); !ok || p.Name != "default" || p.Burst != 2 {
+		t.Errorf("policy 0 with its names past the block: %+v %v, want it named default", p, ok)
 	}
 }

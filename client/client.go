@@ -93,7 +93,7 @@ type Config struct {
 // Canceled; every answer Allow made without the daemon counts once in
 // FailOpen or FailClosed.
 type Stats struct {
-	OK, NO     uint64 // answers from the daemon
+	OK, NO     uint64 // answers from the daemon, or from its table in process
 	Timeouts   uint64 // queries unanswered within Timeout (including those queued behind one)
 	Errors     uint64 // queries that failed otherwise: dial, I/O, a closed connection, a bad reply
 	Canceled   uint64 // queries whose context ended before the answer
@@ -104,14 +104,18 @@ type Stats struct {
 	Dials      uint64 // connection attempts
 	Reconnects uint64 // successful dials that replaced a lost connection
 	InProcess  uint64 // of OK and NO, the answers decided in process from the shared table
-	Attaches   uint64 // successful attaches to the shared table
+	Attaches   uint64 // successful attaches to the shared table (a connection each, not in Dials)
+	// AttachErrors counts attaches that failed (the table mapped nothing,
+	// the daemon answered nothing, or handed files that are not its
+	// table); a daemon that shares nothing is not an error.
+	AttachErrors uint64
 }
 
 // counters are a Client's statistics, updated atomically.
 type counters struct {
 	ok, no, timeouts, errors, canceled, backedOff, invalid atomic.Uint64
 	failOpen, failClosed, dials, reconnects                atomic.Uint64
-	inProcess, attaches                                    atomic.Uint64
+	inProcess, attaches, attachErrors                      atomic.Uint64
 }
 
 // Client asks one dthrottled whether requests should be served. It is safe
@@ -375,7 +379,7 @@ func (c *Client) Stats() Stats {
 		BackedOff: s.backedOff.Load(), Invalid: s.invalid.Load(),
 		FailOpen: s.failOpen.Load(), FailClosed: s.failClosed.Load(),
 		Dials: s.dials.Load(), Reconnects: s.reconnects.Load(),
-		InProcess: s.inProcess.Load(), Attaches: s.attaches.Load(),
+		InProcess: s.inProcess.Load(), Attaches: s.attaches.Load(), AttachErrors: s.attachErrors.Load(),
 	}
 }
 

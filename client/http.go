@@ -18,13 +18,15 @@ type Handler struct {
 	Tag func(*http.Request) string
 	// Next serves the requests that are allowed.
 	Next http.Handler
-	// RetryAfter is the Retry-After header of a 429, in seconds. "" means
-	// the bucket's (Decision.SetHeaders) when the refusal was decided in
-	// process, and "1" otherwise: a bucket refilling at one token per
-	// second or faster has a token again by then.
+	// RetryAfter is the Retry-After header of a 429, in seconds. ""
+	// means Decision.SetHeaders's: the bucket's when a limit policy
+	// refused in process, none when a deny policy did, and "1" when the
+	// daemon or the fail mode answered.
 	RetryAfter string
 	// Refused, if not nil, answers refused requests instead of the plain
-	// 429; it should set the status and Retry-After itself.
+	// 429; it should set the status and Retry-After itself (it does not
+	// see the Decision: a handler that wants the bucket's headers calls
+	// Client.Check and Decision.SetHeaders itself).
 	Refused http.Handler
 }
 

@@ -13,71 +13,71 @@ import (
 	"github.com/dthrottle/dthrottle/rlheader"
 )
 
-// Deciding in process: when the daemon listens on a Unix socket and shares
-// its table (docs/shared-table.md), a Client maps the table and decides a
-// tag the table holds in its own address space, with no round trip and no
-// system call; a tag the table does not hold yet is asked over the socket
-// as before (the daemon then inserts it). The Client attaches in the
-// background, after a query the daemon answered, at most every
-// inproc.RetryEvery (every 10 s while the daemon shares nothing); when the daemon leaves the table (it stopped, or
-// has not beaten in it for a second) queries go back to the socket, with
-// its timeouts, backoff and fail mode, and the next answer attaches
-// again.
+// Deciding in process: see "Deciding in process" in doc.go.
 
-// Path says how a Decision was made.
+// Path says how a Decision was made. The zero Path is Failed: a zero
+// Decision is a refusal nobody decided.
 type Path uint8
 
 const (
+	// Failed: the daemon could not answer and the fail mode did, or the
+	// tag was invalid and refused.
+	Failed Path = iota
 	// Asked: the daemon answered over the socket.
-	Asked Path = iota
+	Asked
 	// InProcess: decided in this process from the daemon's shared table
 	// (or an empty tag, served without asking).
 	InProcess
-	// Failed: the daemon could not answer and the fail mode did, or the
-	// tag was invalid and refused.
-	Failed
 )
 
-// String returns "asked", "in process" or "failed".
+// String returns "failed", "asked" or "in process".
 func (p Path) String() string {
-	return [...]string{"asked", "in process", "failed"}[min(p, Failed)]
+	return [...]string{"failed", "asked", "in process"}[min(p, InProcess)]
 }
 
 // Decision is Check's answer, with what a decision made in process knows
-// of the tag's bucket for the headers of an HTTP answer.
+// of the tag's bucket for the headers of an HTTP answer. The zero
+// Decision is a refusal by the fail mode.
 type Decision struct {
 	OK   bool
 	Path Path
 	// The bucket, when Path is InProcess and a limit policy decided
-	// (Limit > 0): the policy's burst, the whole tokens left after the
-	// query, on a refusal the time until a token is earned, and the time
-	// until the bucket is full again.
+	// (Limit > 0; 0 for an allow or deny policy, and on the other
+	// paths): the policy's burst, the whole tokens left after the query,
+	// on a refusal (or a dry run's would-be refusal) the time until a
+	// token is earned, and the time until the bucket is full again.
 	Limit      int
 	Remaining  int
 	RetryAfter time.Duration
 	Reset      time.Duration
 
-	policy int
-	m      *inproc.Mapping
+	bd bucket.Decision
+	m  *inproc.Mapping
 }
 
 // Policy returns the policy that decided, as the daemon's table states it
-// (name, burst, rate, action), when Path is InProcess; ok is false
-// otherwise, or while the daemon rewrites its policies.
+// (name, burst, rate, action, dry run), when Path is InProcess; ok is
+// false otherwise, and once the daemon's policies changed since.
 func (d Decision) Policy() (p bucket.Policy, ok bool) {
 	if d.m == nil {
 		return bucket.Policy{}, false
 	}
-	return d.m.Policy(d.policy)
+	return d.m.PolicyOf(d.bd)
 }
 
-// SetHeaders sets the headers of the answer to a refused request as the
-// daemon's HTTP endpoint would: when a limit policy refused in process,
-// Retry-After (until a token is earned), RateLimit-Policy and RateLimit;
-// when the daemon answered over the socket, or the fail mode did,
-// Retry-After: 1 (a bucket refilling at one token per second or faster
-// has a token again by then); when a deny policy refused, none. On a
-// served request it sets RateLimit-Policy and RateLimit when known.
+// SetHeaders sets the headers of an HTTP answer to the request as the
+// daemon's HTTP endpoint would, as far as the decision knows them:
+//
+//   - decided in process by a limit policy: on a refusal Retry-After
+//     (until a token is earned, at least 1 s), and RateLimit-Policy and
+//     RateLimit, served or refused, unless the policies changed since
+//     (then the name would not be the deciding policy's);
+//     DThrottle-Dry-Run under a dry-run policy ("served", or "refused"
+//     for what the limit would have refused);
+//   - decided in process by a deny policy: none, as from the endpoint;
+//   - asked over the socket, or answered by the fail mode: on a refusal
+//     Retry-After: 1 (a bucket refilling at one token per second or
+//     faster has a token again by then).
 func (d Decision) SetHeaders(h http.Header) {
 	if d.Path != InProcess {
 		if !d.OK {
@@ -85,15 +85,25 @@ func (d Decision) SetHeaders(h http.Header) {
 		}
 		return
 	}
+	if d.Limit == 0 {
+		return
+	}
+	if !d.OK {
+		h[rlheader.FieldRetryAfter] = []string{strconv.FormatInt(max(rlheader.CeilSeconds(d.RetryAfter), 1), 10)}
+	}
 	p, ok := d.Policy()
-	if !ok || d.Limit == 0 || p.Action != bucket.Limit {
+	if !ok || p.Action != bucket.Limit {
 		return
 	}
 	var b [128]byte
 	h[rlheader.FieldPolicy] = []string{string(rlheader.AppendPolicy(b[:0], p))}
-	h[rlheader.FieldRateLimit] = []string{string(rlheader.AppendRateLimit(b[:0], bucket.Verdict{Policy: p, Tokens: float64(d.Remaining), Full: d.Reset}))}
-	if !d.OK {
-		h[rlheader.FieldRetryAfter] = []string{strconv.FormatInt(max(rlheader.CeilSeconds(d.RetryAfter), 1), 10)}
+	v := bucket.Verdict{Policy: p, Tokens: float64(d.Remaining), Full: d.Reset}
+	h[rlheader.FieldRateLimit] = []string{string(rlheader.AppendRateLimit(b[:0], v))}
+	if p.DryRun {
+		h[rlheader.FieldDryRun] = []string{"served"}
+		if d.RetryAfter > 0 {
+			h[rlheader.FieldDryRun] = []string{"refused"}
+		}
 	}
 }
 
@@ -103,7 +113,10 @@ type sharing struct {
 	cur       atomic.Pointer[inproc.Mapping]
 	next      atomic.Int64 // no attach before this (Unix ns)
 	attaching atomic.Bool
-	mu        sync.Mutex // orders starting an attach with Close
+	mu        sync.Mutex      // orders an attach's start and end with Close
+	last      *inproc.Mapping // the last table mapped, reused if handed again; guarded by mu
+	pause     time.Duration   // after a failed attach, doubling to notSharedRetry; the attach goroutine's
+	attempts  atomic.Uint64   // attaches tried
 }
 
 const (
@@ -111,7 +124,8 @@ const (
 	// maps.
 	attachTimeout = time.Second
 	// notSharedRetry is the pause before attaching again to a daemon that
-	// answered an attach sharing nothing.
+	// answered an attach sharing nothing, and the longest pause after
+	// attaches that failed.
 	notSharedRetry = 10 * time.Second
 )
 
@@ -134,9 +148,11 @@ func (c *Client) decideShared(tag string) (d Decision, ok bool) {
 	default:
 		return d, false
 	}
-	d = Decision{OK: bd.Code == bucket.OK, Path: InProcess, Limit: int(bd.Limit),
-		Remaining: int(bd.Remaining), RetryAfter: time.Duration(bd.RetryAfter), Reset: time.Duration(bd.Reset),
-		policy: bd.Policy, m: m}
+	d = Decision{OK: bd.Code == bucket.OK, Path: InProcess, bd: bd, m: m}
+	if bd.Reset > 0 { // a limit policy: allow and deny keep no bucket
+		d.Limit, d.Remaining = int(bd.Limit), int(bd.Remaining)
+		d.RetryAfter, d.Reset = time.Duration(bd.RetryAfter), time.Duration(bd.Reset)
+	}
 	c.stats.inProcess.Add(1)
 	if d.OK {
 		c.stats.ok.Add(1)
@@ -147,11 +163,15 @@ func (c *Client) decideShared(tag string) (d Decision, ok bool) {
 }
 
 // attachSoon attaches in the background, unless attached, attaching, or
-// an attempt was made within inproc.RetryEvery.
+// within the pause after the last attempt (inproc.RetryEvery; more after
+// failures, and while the daemon shares nothing).
 func (c *Client) attachSoon() {
 	s := &c.sharing
+	if !s.on || s.cur.Load() != nil {
+		return
+	}
 	now := time.Now().UnixNano()
-	if !s.on || s.cur.Load() != nil || now < s.next.Load() || !s.attaching.CompareAndSwap(false, true) {
+	if now < s.next.Load() || !s.attaching.CompareAndSwap(false, true) {
 		return
 	}
 	s.next.Store(now + int64(inproc.RetryEvery))
@@ -165,15 +185,30 @@ func (c *Client) attachSoon() {
 	go func() {
 		defer c.wg.Done()
 		defer s.attaching.Store(false)
-		m, err := inproc.Attach(c.address, attachTimeout)
-		if err == nil && m == nil {
+		s.attempts.Add(1)
+		s.mu.Lock()
+		prev := s.last
+		s.mu.Unlock()
+		m, err := inproc.Attach(c.address, attachTimeout, prev)
+		switch {
+		case err != nil:
+			s.pause = min(max(2*s.pause, inproc.RetryEvery), notSharedRetry)
+			s.next.Store(time.Now().Add(s.pause).UnixNano())
+			c.stats.attachErrors.Add(1)
+			return
+		case m == nil:
 			// The daemon answered, sharing nothing (share_table = false):
 			// look again now and then, in case a restart turns it on.
 			s.next.Store(time.Now().Add(notSharedRetry).UnixNano())
-		}
-		if err != nil || m == nil || c.closed.Load() {
 			return
 		}
+		s.pause = 0
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if c.closed.Load() {
+			return
+		}
+		s.last = m
 		s.cur.Store(m)
 		c.stats.attaches.Add(1)
 	}()

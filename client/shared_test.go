@@ -109,6 +109,12 @@ burst = 2
 [[policy]]
 prefix = "bad:"
 action = "deny"
+[[policy]]
+name = "trial"
+prefix = "dry:"
+rate = 0.001
+burst = 1
+dry_run = true
 `
 
 // TestCheckInProcess: a tag the table holds is decided in process, as
@@ -149,6 +155,15 @@ func TestCheckInProcess(t *testing.T) {
 	d.SetHeaders(h)
 	if d.OK || len(h) != 0 {
 		t.Errorf("bad:x: %+v with headers %v, want refused with none", d, h)
+	}
+	// A dry run serves what the limit refuses, and says so.
+	c.Check(context.Background(), "dry:x")
+	d, _ = c.Check(context.Background(), "dry:x")
+	h = http.Header{}
+	d.SetHeaders(h)
+	if !d.OK || d.Path != client.InProcess || len(h["DThrottle-Dry-Run"]) != 1 || h["DThrottle-Dry-Run"][0] != "refused" || h.Get("Retry-After") != "" ||
+		len(h["RateLimit-Policy"]) != 1 || h["RateLimit-Policy"][0] != `"trial";q=1;w=1000` {
+		t.Errorf("dry:x over its burst: %+v with headers %v, want served, dry run refused, the bucket's headers", d, h)
 	}
 	s := c.Stats()
 	if s.InProcess < 3 || s.Attaches != 1 || s.InProcess > s.OK+s.NO {
@@ -321,7 +336,10 @@ func TestCheckNotShared(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if s := c.Stats(); s.Attaches != 0 || s.Dials != 1 || s.InProcess != 0 {
+	if s := c.Stats(); s.Attaches != 0 || s.Dials != 1 || s.InProcess != 0 || s.AttachErrors != 0 {
 		t.Errorf("stats %+v: want one dial, nothing attached or decided in process", s)
+	}
+	if n := client.AttachAttempts(c); n != 1 {
+		t.Errorf("%d attaches tried in 0.3 s, want 1", n)
 	}
 }

@@ -72,11 +72,13 @@ type Table struct {
 
 // Mapping is one attach's mapped files: the daemon's table, as it was
 // when the daemon handed it out. Mappings are never unmapped (goroutines
-// may be deciding from one when the daemon leaves it): a few pages of
-// address space per restart of the daemon.
+// may be deciding from one when the daemon leaves it): the table's
+// address space (some tens of MB, shared pages) per restart of the
+// daemon; Attach reuses the mapping of a table it is handed again.
 type Mapping struct {
 	view         *bucket.View
 	table, state []byte
+	id           [2]uint64 // the table file's device and inode
 }
 
 // Decide decides a query for tag at now (Unix nanoseconds) from the
@@ -85,15 +87,18 @@ func (m *Mapping) Decide(now int64, tag []byte) bucket.Decision { return m.view.
 
 // Attach connects to the daemon's Unix socket at path, asks for its
 // table, maps it and closes the connection, all within timeout. A daemon
-// that does not share its table gives a nil Mapping and no error.
-func Attach(path string, timeout time.Duration) (*Mapping, error) {
-	d := net.Dialer{Timeout: timeout}
+// that does not share its table gives a nil Mapping and no error. When
+// the daemon hands out the table prev maps (it stalled, and beats
+// again), Attach returns prev rather than mapping the same files again.
+func Attach(path string, timeout time.Duration, prev *Mapping) (*Mapping, error) {
+	deadline := time.Now().Add(timeout)
+	d := net.Dialer{Deadline: deadline}
 	nc, err := d.Dial("unix", path)
 	if err != nil {
 		return nil, err
 	}
 	defer nc.Close()
-	return request(nc.(*net.UnixConn), timeout)
+	return request(nc.(*net.UnixConn), deadline, prev)
 }
 
 // Open attaches to the daemon listening on the Unix socket path. failOpen
@@ -196,7 +201,7 @@ func (t *Table) attachLocked() error {
 	if err != nil {
 		return err
 	}
-	m, err := request(c, time.Second)
+	m, err := request(c, time.Now().Add(time.Second), nil)
 	if err != nil {
 		c.Close()
 		return err
@@ -210,14 +215,15 @@ func (t *Table) attachLocked() error {
 }
 
 // request sends the attach request on c and maps the files the daemon
-// sends back, if any, within timeout.
-func request(c *net.UnixConn, timeout time.Duration) (*Mapping, error) {
+// sends back, if any, by deadline; or returns prev when they are the
+// files prev maps.
+func request(c *net.UnixConn, deadline time.Time, prev *Mapping) (*Mapping, error) {
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, err
 	}
 	defer null.Close()
-	c.SetDeadline(time.Now().Add(timeout))
+	c.SetDeadline(deadline)
 	defer c.SetDeadline(time.Time{})
 	if _, _, err := c.WriteMsgUnix([]byte("\n"), syscall.UnixRights(int(null.Fd())), nil); err != nil {
 		return nil, err
@@ -247,7 +253,7 @@ func request(c *net.UnixConn, timeout time.Duration) (*Mapping, error) {
 	if len(fds) != 2 {
 		return nil, nil // the daemon does not share its table
 	}
-	return mapFiles(fds[0], fds[1])
+	return mapFiles(fds[0], fds[1], prev)
 }
 
 func rights(oob []byte) []int {
@@ -264,23 +270,21 @@ func rights(oob []byte) []int {
 	return out
 }
 
-// mapFiles maps the table file read-only and the state file read-write.
-func mapFiles(tfd, sfd int) (*Mapping, error) {
-	size := func(fd int) (int, error) {
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return 0, err
-		}
-		return int(st.Size), nil
-	}
-	tn, err := size(tfd)
-	if err != nil {
+// mapFiles maps the table file read-only and the state file read-write,
+// unless the table file is the one prev maps: then prev.
+func mapFiles(tfd, sfd int, prev *Mapping) (*Mapping, error) {
+	var ts, ss unix.Stat_t
+	if err := unix.Fstat(tfd, &ts); err != nil {
 		return nil, err
 	}
-	sn, err := size(sfd)
-	if err != nil {
+	if err := unix.Fstat(sfd, &ss); err != nil {
 		return nil, err
 	}
+	id := [2]uint64{uint64(ts.Dev), ts.Ino}
+	if prev != nil && prev.id == id {
+		return prev, nil
+	}
+	tn, sn := int(ts.Size), int(ss.Size)
 	tb, err := unix.Mmap(tfd, 0, tn, unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		return nil, err
@@ -296,7 +300,7 @@ func mapFiles(tfd, sfd int) (*Mapping, error) {
 		unix.Munmap(sb)
 		return nil, errors.Join(err, errors.New("inproc: the daemon sent files that are not its table"))
 	}
-	return &Mapping{view: v, table: tb, state: sb}, nil
+	return &Mapping{view: v, table: tb, state: sb, id: id}, nil
 }
 
 // Close closes the connection. Mappings stay until the process exits:
@@ -313,6 +317,6 @@ func (t *Table) Close() error {
 	return nil
 }
 
-// Policy returns policy pi of the mapping's table, for the headers of an
-// answer; see bucket.View.Policy.
-func (m *Mapping) Policy(pi int) (bucket.Policy, bool) { return m.view.Policy(pi) }
+// PolicyOf returns the policy that made decision d, for the headers of
+// its answer; see bucket.View.PolicyOf.
+func (m *Mapping) PolicyOf(d bucket.Decision) (bucket.Policy, bool) { return m.view.PolicyOf(d) }

@@ -74,6 +74,7 @@ type Handler struct {
 	key      poolKey
 	client   *client.Client
 	constTag bool // Tag holds no placeholder
+	released bool // Cleanup let go of the client
 	body     string
 	logger   *zap.Logger
 	down     *atomic.Bool // the daemon did not answer the last query asked
@@ -148,10 +149,12 @@ func (h *Handler) Validate() error {
 // Cleanup gives the client back to the pool, which closes it once no
 // handler of the running config holds it.
 func (h *Handler) Cleanup() error {
-	if h.client == nil {
+	// h.client stays set: a request still running past Caddy's grace
+	// period may read it (a closed client answers by the fail mode).
+	if h.client == nil || h.released {
 		return nil
 	}
-	h.client = nil
+	h.released = true
 	return releaseClient(h.key)
 }
 

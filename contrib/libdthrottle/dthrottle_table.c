@@ -461,7 +461,9 @@ static void name_of(const struct dt_view *v, const struct pblock *b, int pi,
         left = 0;
     }
     for (int i = 0; left >= 2; i++) {
-        uint64_t k = ld16(q, __ATOMIC_RELAXED);
+        /* Names are not aligned: two byte loads, little-endian. */
+        uint64_t k = (uint64_t)__atomic_load_n(q, __ATOMIC_RELAXED) |
+                     (uint64_t)__atomic_load_n(q + 1, __ATOMIC_RELAXED) << 8;
         size_t j;
 
         if (k > left - 2) {
