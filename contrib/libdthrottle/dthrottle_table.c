@@ -21,6 +21,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -304,19 +305,33 @@ static void headers(dt_result *res, const struct policy *p, int64_t ahead, int r
     res->reset_ns = ahead;
 }
 
-/* fixed answers an allow or deny policy, counted in stripe 0 (step 4). */
+/* stripe_here is the stripe this thread counts in: its CPU's, so that
+ * threads (of any process) running at once write different cache lines,
+ * and one CPU's counts stay in its cache. sched_getcpu reads the rseq
+ * area (glibc 2.35 and later) or the vDSO, with no system call; where it
+ * fails, the stripe of the tag's hash (h's low 32 bits' top 6 bits). */
+static uint32_t stripe_here(uint64_t h)
+{
+    int cpu = sched_getcpu();
+
+    return cpu >= 0 ? (uint32_t)cpu % DT_STRIPES : (uint32_t)h >> 26;
+}
+
+/* fixed answers an allow or deny policy (step 4). */
 static int fixed(const struct dt_view *v, int pi, const struct policy *p)
 {
+    uint32_t s = stripe_here(0);
+
     if (p->action == ACT_ALLOW) {
-        count(v, 0, pi, C_OK);
+        count(v, s, pi, C_OK);
         return DT_OK;
     }
     if (p->dry_run) {
-        count(v, 0, pi, C_DRY);
-        count(v, 0, pi, C_OK);
+        count(v, s, pi, C_DRY);
+        count(v, s, pi, C_OK);
         return DT_OK;
     }
-    count(v, 0, pi, C_NO);
+    count(v, s, pi, C_NO);
     return DT_NO;
 }
 
@@ -441,8 +456,8 @@ int dt_decide(dt_table *t, const char *tag, size_t n, int64_t now, dt_result *re
     if ((ref = find(v, shard, (uint32_t)h, k, n)) == 0) {
         return DT_ASK;
     }
-    /* 7 to 10, counted in the stripe of the fragment's top 6 bits */
-    return spend(v, seq, (uint32_t)h >> 26, pi, &p, ref, k, n, now, res);
+    /* 7 to 10, counted in the stripe of this CPU */
+    return spend(v, seq, stripe_here(h), pi, &p, ref, k, n, now, res);
 }
 
 /* ---- A policy as the headers state it. ---- */

@@ -322,10 +322,28 @@ int tb_dirty(struct tb *b, uint32_t ref)
     return (int)(tb_get64(b->state, b->dirty_off + 8 * (uint64_t)(ref >> 6)) >> (ref & 63) & 1);
 }
 
-uint64_t tb_counter(struct tb *b, uint32_t stripe, uint32_t pi, int which)
+uint64_t tb_counter(struct tb *b, uint32_t pi, int which)
 {
-    return tb_get64(b->state, b->counters_off +
-                                  32 * ((uint64_t)stripe * b->np + pi) + 8 * (uint64_t)which);
+    uint64_t sum = 0;
+
+    for (uint64_t stripe = 0; stripe < 64; stripe++) {
+        sum += tb_get64(b->state, b->counters_off + 32 * (stripe * b->np + pi) +
+                                      8 * (uint64_t)which);
+    }
+    return sum;
+}
+
+void tb_fold(const struct tb *b, unsigned char *state)
+{
+    for (uint64_t stripe = 1; stripe < 64; stripe++) {
+        for (uint64_t i = 0; i < 4 * (uint64_t)b->np; i++) {
+            uint64_t from = b->counters_off + 32 * stripe * b->np + 8 * i;
+            uint64_t to = b->counters_off + 8 * i;
+
+            tb_put64(state, to, tb_get64(state, to) + tb_get64(state, from));
+            tb_put64(state, from, 0);
+        }
+    }
 }
 
 uint32_t tb_stripe_of(const void *key, size_t n, uint64_t seed)

@@ -105,7 +105,11 @@ int64_t tb_tat(struct tb *b, uint32_t ref);
 uint32_t tb_unreported(struct tb *b, uint32_t ref);
 uint32_t tb_refused(struct tb *b, uint32_t ref);
 int tb_dirty(struct tb *b, uint32_t ref);
-uint64_t tb_counter(struct tb *b, uint32_t stripe, uint32_t pi, int which);
+uint64_t tb_counter(struct tb *b, uint32_t pi, int which); /* summed over the stripes */
+/* tb_fold moves the counters of every stripe of state (laid out as b's)
+ * into stripe 0: a decision counts in its CPU's stripe, so two states
+ * agree when their folded counters do. */
+void tb_fold(const struct tb *b, unsigned char *state);
 uint32_t tb_shard_of(struct tb *b, const void *key, size_t n);
 uint32_t tb_stripe_of(const void *key, size_t n, uint64_t seed); /* the counters' stripe */
 uint64_t tb_slot_of(struct tb *b, uint32_t ref); /* the table offset of ref's slot */

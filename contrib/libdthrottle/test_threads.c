@@ -111,6 +111,10 @@ void test_threads(void)
     int ok4 = run_racers(THREADS, 1, &many, &other4);
     CHECK_EQ(other4, 0);
     CHECK_EQ(ok4, ok1);
+    tb_std_make(&b);
+    tb_fold(&b, many);
+    tb_fold(&b, single);
+    tb_free(&b);
     CHECK(memcmp(many, single, len) == 0);
     CHECK(ok1 > 50 && ok1 < PHASES * THREADS * TRIES);
 
