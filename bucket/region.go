@@ -44,9 +44,8 @@ const (
 	maxPolicyName   = 255 // the longest policy name the block carries; longer ones are cut
 	countedPolicies = 1024
 	// counterStripes spreads the counts made in process over cache lines:
-	// a decision counts in the stripe of its tag's hash (the top 6 bits of
-	// its fragment), so threads deciding on different tags rarely write
-	// the same line.
+	// a decision counts in the stripe of the CPU it runs on (cpuStripe),
+	// so threads running at once never write the same line.
 	counterStripes = 64
 	counterWords   = 4
 	// recordGuard is room past the record area's end, so that reading a

@@ -115,17 +115,18 @@ func (v *View) Decide(now int64, tag []byte) Decision {
 	}
 	switch action {
 	case byte(Allow):
-		v.count(0, pi, 0)
+		v.count(cpuStripe(0), pi, 0)
 		d.Code = OK
 		return d
 	case byte(Deny):
+		si := cpuStripe(0)
 		if dry != 0 {
-			v.count(0, pi, 0)
-			v.count(0, pi, 2)
+			v.count(si, pi, 0)
+			v.count(si, pi, 2)
 			d.Code = OK
 			return d
 		}
-		v.count(0, pi, 1)
+		v.count(si, pi, 1)
 		return d
 	case byte(Limit):
 	default:
@@ -147,7 +148,7 @@ func (v *View) Decide(now int64, tag []byte) Decision {
 	if si >= v.shards {
 		return Decision{Code: Ask}
 	}
-	stripe := int(uint32(h) >> 26)
+	stripe := cpuStripe(h)
 	rec := v.find(si, h, tag)
 	if rec == nil {
 		return Decision{Code: Ask}
