@@ -2,10 +2,8 @@ package client_test
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -14,50 +12,15 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/client"
-	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/internal/daemon"
+	"github.com/dthrottle/dthrottle/internal/daemontest"
 )
 
 // runDaemon runs a real daemon on the Unix socket sock with config text
-// (the [listen] section is added) until stop or the test's end.
+// (the [listen] section's unix is added first) until stop or the test's
+// end.
 func runDaemon(t *testing.T, sock, text string) (stop func()) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "dthrottle.toml")
-	if err := os.WriteFile(path, []byte("[listen]\nunix = \""+sock+"\"\n"+text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := daemon.New(daemon.Options{Config: cfg, Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	for i := 0; ; i++ {
-		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
-			break
-		}
-		if i == 500 {
-			t.Fatal("daemon not listening")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	stopped := false
-	stop = func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-done
-			d.Close(time.Second)
-		}
-	}
-	t.Cleanup(stop)
-	return stop
+	return daemontest.Run(t, sock, "[listen]\nunix = \""+sock+"\"\n"+text)
 }
 
 func newClient(t *testing.T, cfg client.Config) *client.Client {

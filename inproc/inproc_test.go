@@ -2,9 +2,7 @@ package inproc
 
 import (
 	"bufio"
-	"context"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -12,55 +10,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/internal/daemon"
+	"github.com/dthrottle/dthrottle/internal/daemontest"
 )
 
 // run starts a daemon on the Unix socket sock with the given [limit] and
 // returns a function that stops it.
 func run(t testing.TB, sock, limit string, share bool) func() {
 	t.Helper()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "dthrottle.toml")
 	text := "[listen]\nunix = \"" + sock + "\"\n"
 	if !share {
 		text += "share_table = false\n"
 	}
-	text += "[limit]\n" + limit + "\n"
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := daemon.New(daemon.Options{Config: cfg, Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	for i := 0; ; i++ {
-		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
-			break
-		}
-		if i == 500 {
-			t.Fatal("daemon not listening")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			<-done
-			d.Close(time.Second)
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return daemontest.Run(t, sock, text+"[limit]\n"+limit+"\n")
 }
 
 // askSocket asks tags over a connection of its own.

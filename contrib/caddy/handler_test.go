@@ -3,11 +3,9 @@ package caddydthrottle
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,8 +20,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/dthrottle/dthrottle/client"
-	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/internal/daemon"
+	"github.com/dthrottle/dthrottle/internal/daemontest"
 )
 
 // runDaemon runs a dthrottled in the test's process on the Unix socket
@@ -31,46 +28,11 @@ import (
 // or the test's end stops it.
 func runDaemon(t testing.TB, sock, extra string) (stop func()) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "dthrottle.toml")
 	text := "[listen]\nunix = \"" + sock + "\"\n" + extra
 	if !strings.Contains(extra, "[limit]") {
 		text += "[limit]\nrate = 0.001\nburst = 3\n"
 	}
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := daemon.New(daemon.Options{Config: cfg, Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("dthrottled not listening after 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			<-done
-			d.Close(time.Second)
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return daemontest.Run(t, sock, text)
 }
 
 // newHandler provisions h as Caddy would, quiet, and cleans it up when
