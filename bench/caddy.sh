@@ -102,18 +102,13 @@ counts() {
 }
 read -r decided0 socket0 < <(counts)
 
-hz=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); caddy $("$tmp/caddy-bare" version | cut -d' ' -f1); wrk -t2 -c$CONNS -d$DURATION --latency"
 for r in $(seq "$ROUNDS"); do
 	# Each round starts one site further on, so that none always runs
 	# first (after the others' load) or last.
 	for k in "${!names[@]}"; do
 		i=$(((k + r - 1) % ${#names[@]}))
-		t0=$(cpu_ticks "${cpu_pids[$i]}")
-		bench_wrk "${ports[$i]}"
-		t1=$(cpu_ticks "${cpu_pids[$i]}")
-		cpu=$(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$reqs" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')
+		bench_wrk_cpu "${cpu_pids[$i]}" "${ports[$i]}"
 		printf 'round %d  %-7s %10.0f req/s  p99 %-8s caddy CPU %s us/request%s\n' "$r" "${names[$i]}" "$rps" "$p99" "$cpu" "${errs:+  non-2xx $errs}"
 		echo "${names[$i]} $rps $p99 $cpu" >>"$tmp/results"
 		case ${names[$i]} in

@@ -14,9 +14,9 @@
 # port). The policy never refuses (burst 1,000,000 at 1e9 tokens per
 # second), so the figure is the price of deciding. Runs are interleaved,
 # each round starting one server further on. Printed: each run's
-# requests/s, p99 and the server process's CPU per request, then the
-# medians and the ratio to "off", and the clients' counts of the paths
-# that decided.
+# requests/s, p99 and the server process's CPU per request, the clients'
+# counts of the paths that decided, then the medians and the ratio to
+# "off".
 #
 #   bench/gohandler.sh
 #   ROUNDS=5 DURATION=10s bench/gohandler.sh
@@ -56,40 +56,17 @@ pids+=("$server")
 names=(off shared socket)
 ports=("$BASE" $((BASE + 1)) $((BASE + 2)))
 bench_await gohandler.sh "${ports[@]}"
-hz=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); wrk -t2 -c$CONNS -d$DURATION --latency"
 for r in $(seq "$ROUNDS"); do
 	for k in "${!names[@]}"; do
 		i=$(((k + r - 1) % ${#names[@]}))
-		t0=$(cpu_ticks "$server")
-		bench_wrk "${ports[$i]}"
-		t1=$(cpu_ticks "$server")
-		cpu=$(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$reqs" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')
+		bench_wrk_cpu "$server" "${ports[$i]}"
 		printf 'round %d  %-8s %10.0f req/s  p99 %-8s server CPU %s us/request%s\n' "$r" "${names[$i]}" "$rps" "$p99" "$cpu" "${errs:+  non-2xx $errs}"
-		echo "${names[$i]} $rps $p99 $cpu" >>"$tmp/results"
+		echo "${names[$i]} $rps $cpu" >>"$tmp/results"
 	done
 done
 kill "$server"
 wait "$server" 2>/dev/null || true
 cat "$tmp/gohandler.out"
 echo
-echo "| handler | req/s (median) | /off | p99 (median) | server CPU us/request (median) |"
-echo "|---|---|---|---|---|"
-awk '
-	{ rps[$1, ++n[$1]] = $2; p99[$1, n[$1]] = $3; cpu[$1, n[$1]] = $4 }
-	function median(name, a,   k, i, j, t, v) {
-		k = n[name]
-		for (i = 1; i <= k; i++) v[i] = a[name, i]
-		for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
-		return v[int((k + 1) / 2)]
-	}
-	END {
-		off = median("off", rps)
-		split("off shared socket", names, " ")
-		for (x = 1; x <= 3; x++) {
-			s = names[x]; m = median(s, rps)
-			printf "| %s | %.0f | %.2fx | %s | %.2f |\n", s, m, m / off, median(s, p99), median(s, cpu)
-		}
-	}
-' "$tmp/results"
+bench_medians "$tmp/results" "${names[@]}"

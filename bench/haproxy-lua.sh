@@ -36,10 +36,7 @@ done
 bench_tmp haproxy-lua
 
 go build -o "$tmp/dthrottled" ./cmd/dthrottled
-mkdir "$tmp/libdthrottle" "$tmp/haproxy-mod"
-cp contrib/libdthrottle/Makefile contrib/libdthrottle/*.[ch] "$tmp/libdthrottle/"
-cp contrib/haproxy/Makefile contrib/haproxy/dthrottle_shared.c "$tmp/haproxy-mod/"
-make -s -C "$tmp/haproxy-mod" LIBDT="$tmp/libdthrottle" dthrottle_shared.so >"$tmp/make.log" 2>&1 || { cat "$tmp/make.log" >&2; exit 1; }
+bench_haproxy_module
 cat >"$tmp/dthrottle.toml" <<TOML
 [listen]
 unix = "$tmp/d.sock"
@@ -97,39 +94,14 @@ for p in $((BASE + 3)) "${ports[@]}"; do
 	code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/" || true)
 	[ "$code" = 200 ] || { echo "haproxy-lua.sh: port $p answers $code" >&2; cat "$tmp/haproxy.log" >&2; exit 1; }
 done
-hz=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); wrk -t2 -c$CONNS -d$DURATION"
+echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); wrk -t2 -c$CONNS -d$DURATION --latency"
 for r in $(seq "$ROUNDS"); do
 	for k in "${!names[@]}"; do
 		i=$(((k + r - 1) % ${#names[@]}))
-		t0=$(cpu_ticks "$server")
-		out=$(wrk -t2 -c"$CONNS" -d"$DURATION" "http://127.0.0.1:${ports[$i]}/")
-		t1=$(cpu_ticks "$server")
-		rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
-		reqs=$(awk '/requests in/ {print $1}' <<<"$out")
-		cpu=$(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$reqs" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')
-		printf 'round %d  %-12s %10.0f req/s  HAProxy CPU %s us/request\n' "$r" "${names[$i]}" "$rps" "$cpu"
+		bench_wrk_cpu "$server" "${ports[$i]}"
+		printf 'round %d  %-12s %10.0f req/s  HAProxy CPU %s us/request%s\n' "$r" "${names[$i]}" "$rps" "$cpu" "${errs:+  non-2xx $errs}"
 		echo "${names[$i]} $rps $cpu" >>"$tmp/results"
 	done
 done
 echo
-echo "| frontend | req/s (median) | /off | HAProxy CPU us/request (median) |"
-echo "|---|---|---|---|"
-awk '
-	{ rps[$1, ++n[$1]] = $2; cpu[$1, n[$1]] = $3 }
-	function median(name, a,   k, i, j, t, v) {
-		k = n[name]
-		for (i = 1; i <= k; i++) v[i] = a[name, i]
-		for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
-		return v[int((k + 1) / 2)]
-	}
-	END {
-		off = median("off", rps)
-		split("off true-deny decide-deny shared true-action", names, " ")
-		for (x = 1; x <= 5; x++) {
-			s = names[x]; m = median(s, rps)
-			printf "| %s | %.0f | %.2fx | %.2f |\n", s, m, m / off, median(s, cpu)
-		}
-	}
-' "$tmp/results"
+bench_medians "$tmp/results" "${names[@]}"

@@ -49,3 +49,51 @@ bench_wrk() {
 	reqs=$(awk '/requests in/ {print $1}' <<<"$out")
 	errs=$(awk '/Non-2xx/ {print $5}' <<<"$out")
 }
+
+# bench_wrk_cpu PID PORT is bench_wrk PORT, and sets cpu: the CPU time
+# (user and system) process PID spent per request meanwhile, in µs.
+bench_wrk_cpu() {
+	local t0 t1
+	t0=$(awk '{print $14 + $15}' "/proc/$1/stat")
+	bench_wrk "$2"
+	t1=$(awk '{print $14 + $15}' "/proc/$1/stat")
+	cpu=$(awk -v t=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v n="$reqs" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')
+}
+
+# bench_medians FILE NAME... prints a Markdown table of the runs in FILE,
+# lines of "name req/s cpu": per NAME, the median req/s, its ratio to the
+# first NAME's, and the median CPU per request.
+bench_medians() {
+	local file=$1
+	shift
+	echo "| server | req/s (median) | /$1 | CPU us/request (median) |"
+	echo "|---|---|---|---|"
+	awk -v names="$*" '
+		{ rps[$1, ++n[$1]] = $2; cpu[$1, n[$1]] = $3 }
+		function median(name, a,   k, i, j, t, v) {
+			k = n[name]
+			for (i = 1; i <= k; i++) v[i] = a[name, i]
+			for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
+			return v[int((k + 1) / 2)]
+		}
+		END {
+			c = split(names, s, " ")
+			base = median(s[1], rps)
+			for (x = 1; x <= c; x++) {
+				m = median(s[x], rps)
+				printf "| %s | %.0f | %.2fx | %.2f |\n", s[x], m, m / base, median(s[x], cpu)
+			}
+		}
+	' "$file"
+}
+
+# bench_haproxy_module builds libdthrottle in $tmp/libdthrottle and
+# HAProxy's Lua C module in $tmp/haproxy-mod, each from a copy of its
+# sources, so that the tree stays clean.
+bench_haproxy_module() {
+	mkdir "$tmp/libdthrottle" "$tmp/haproxy-mod"
+	cp contrib/libdthrottle/Makefile contrib/libdthrottle/*.[ch] "$tmp/libdthrottle/"
+	make -s -C "$tmp/libdthrottle" libdthrottle.so >"$tmp/make.log" 2>&1 || { cat "$tmp/make.log" >&2; exit 1; }
+	cp contrib/haproxy/Makefile contrib/haproxy/dthrottle_shared.c "$tmp/haproxy-mod/"
+	make -s -C "$tmp/haproxy-mod" LIBDT="$tmp/libdthrottle" dthrottle_shared.so >"$tmp/make.log" 2>&1 || { cat "$tmp/make.log" >&2; exit 1; }
+}

@@ -51,15 +51,8 @@ bench_tmp proxies
 bench_www
 
 go build -o "$tmp/dthrottled" ./cmd/dthrottled
-# libdthrottle, built from a copy of its sources so that the tree stays
-# clean.
-mkdir "$tmp/libdthrottle"
-cp contrib/libdthrottle/Makefile contrib/libdthrottle/*.[ch] "$tmp/libdthrottle/"
-make -s -C "$tmp/libdthrottle" libdthrottle.so >"$tmp/make.log" 2>&1 || { cat "$tmp/make.log" >&2; exit 1; }
-# HAProxy's module, from a copy of its sources, with libdthrottle's in.
-mkdir "$tmp/haproxy-mod"
-cp contrib/haproxy/Makefile contrib/haproxy/dthrottle_shared.c "$tmp/haproxy-mod/"
-make -s -C "$tmp/haproxy-mod" LIBDT="$tmp/libdthrottle" dthrottle_shared.so >"$tmp/make.log" 2>&1 || { cat "$tmp/make.log" >&2; exit 1; }
+# libdthrottle (nginx's shared path loads it) and HAProxy's module.
+bench_haproxy_module
 cat >"$tmp/dthrottle.toml" <<TOML
 [listen]
 unix = "$tmp/d.sock"
@@ -244,18 +237,13 @@ nginx_worker=$(pgrep -P "$nginx_master")
 nginx_lua_worker=$(pgrep -P "$nginx_lua_master")
 cpu_pids=("$nginx_worker" "$nginx_worker" "$nginx_lua_worker" "$nginx_worker" "$nginx_worker" "$nginx_worker"
 	"$caddy_pid" "$caddy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid")
-hz=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); wrk -t2 -c$CONNS -d$DURATION --latency"
 for r in $(seq "$ROUNDS"); do
 	# Each round starts one server further on, so that none always runs
 	# first (after the others' load) or last.
 	for k in "${!names[@]}"; do
 		i=$(((k + r - 1) % ${#names[@]}))
-		t0=$(cpu_ticks "${cpu_pids[$i]}")
-		bench_wrk "${ports[$i]}"
-		t1=$(cpu_ticks "${cpu_pids[$i]}")
-		cpu=$(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$reqs" 'BEGIN { printf "%.2f", t * 1e6 / hz / n }')
+		bench_wrk_cpu "${cpu_pids[$i]}" "${ports[$i]}"
 		printf 'round %d  %-14s %10.0f req/s  p99 %-8s proxy CPU %s us/request%s\n' "$r" "${names[$i]}" "$rps" "$p99" "$cpu" "${errs:+  non-2xx $errs}"
 		echo "${names[$i]} $rps $p99 $cpu" >>"$tmp/results"
 		[ "${names[$i]}" = nginx-shared ] && shared_reqs=$((${shared_reqs:-0} + reqs))
