@@ -45,8 +45,8 @@ type shardFields struct {
 	refusals  []refusalSketch // per policy refusing since the last harvest (top.go)
 	nRefusals int             // refusals[:nRefusals] are in use
 	untracked uint64          // refusals past refusalPolicies policies, or of records gone
-	counted   []refusalCount  // refused records and their counts (top.go); nil until a refusal
-	nCounted  int             // slots of counted in use
+	pendRef   uint32          // the record refused last (refusedRec), and its
+	pendN     uint32          // refusals not yet added to it
 }
 
 // shardCounts counts the queries a limit policy answered in one shard.
@@ -100,7 +100,7 @@ func (s *shard) allow(now int64, h uint64, key []byte, pi int) bool {
 		tat0 := r.tat()
 		tat := max(tat0, now)
 		if tat-now > p.allowAt {
-			s.refusedRec(pi, h, key, ref)
+			s.refusedRec(r, ref)
 			if p.DryRun {
 				return s.dryRun(pi)
 			}
@@ -248,6 +248,10 @@ func (s *shard) insert(now int64, h uint64, pos int, key []byte, policy int) uin
 // killed already.
 func (s *shard) removeAt(pos int) {
 	ref := uint32(s.index.slots[pos])
+	if ref == s.pendRef {
+		s.untracked += uint64(s.pendN)
+		s.pendRef, s.pendN = 0, 0
+	}
 	s.index.delete(pos)
 	s.arena.release(ref)
 	delete(s.charged, ref)
@@ -340,6 +344,7 @@ func (s *shard) evict(now int64) {
 		return
 	}
 	s.evictions++
+	s.dropRefused(uint32(slots[best]))
 	s.evictedHits += uint64(s.arena.rec(uint32(slots[best])).kill())
 	s.removeAt(best)
 }

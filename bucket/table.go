@@ -225,7 +225,7 @@ func (t *Table) Reconfigure(now time.Time, cfg Config) error {
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		s.flushCounted() // under the policies the records' indexes refer to
+		s.collectRefused() // under the policies the records' keys matched
 		s.reconfigure(s.advance(ns), set, shardCapacity(cfg.MaxTags, len(t.shards), i))
 		s.remapRefusals(set, byName)
 		s.mu.Unlock()
@@ -313,6 +313,7 @@ func (t *Table) Forget(key string) bool {
 	defer s.mu.Unlock()
 	pos, ref := s.index.lookup(&s.arena, h, bytesOf(key))
 	if ref != 0 {
+		s.dropRefused(ref)
 		s.arena.rec(ref).kill()
 		s.removeAt(pos)
 	}

@@ -1,35 +1,40 @@
 package bucket
 
 import (
+	"math/bits"
+	"sync/atomic"
+
 	"github.com/dthrottle/dthrottle/topk"
 )
 
-// This file owns the refusals' side of "who is throttled": each shard
-// counts the records it refuses, exactly, in a table of its own (a probe
-// and an increment under the lock the decision already holds, with the
-// hash it already computed), and moves them, each with its count, into
-// small heavy-hitter sketches per policy (package topk) when
-// TakeRefusals harvests them once per interval; past the table's room,
-// a refusal goes to the sketch at once. The served side needs no counting
-// here: served hits are drained for the peers anyway (Drain), and
-// PolicyName attributes them.
+// This file owns the refusals' side of "who is throttled": a refusal
+// counts in its record, as a refusal made in process does (an atomic add
+// on the record the decision has just read, and the record's dirty bit
+// when its count rises from 0), and the harvest (TakeRefusals) moves each
+// record's count into small heavy-hitter sketches per policy (package
+// topk), once per interval, through the dirty bitmap; a drain for the
+// peers (Drain) moves them too, as it passes. The served side needs no
+// counting here: served hits are drained for the peers anyway (Drain),
+// and PolicyName attributes them.
 //
-// Memory: a shard makes its table (refusalSlots slots of 16 bytes, 64
-// KiB) on its first refusal, and a sketch the first time a policy
-// refuses in it, keeping both for reuse once harvested; at most
-// refusalPolicies sketches per shard, each of refusalK counters and
-// refusalFilter filter counters (a filtered sketch: the many light keys
-// of a flood cost a probe and an increment, not a counter taken over).
-// So at most Shards() × (64 KiB + min(policies that refuse,
-// refusalPolicies) × about 8 KiB with keys of 20 bytes): 8 shards and two
-// policies refusing, 640 KiB; whatever the number of tags.
+// Memory: nothing per record beyond its refusal count, which the state
+// file's layout already holds for processes deciding in process; a shard
+// makes a sketch the first time a policy refuses in it, keeping it for
+// reuse once harvested; at most refusalPolicies sketches per shard, each
+// of refusalK counters and refusalFilter filter counters (a filtered
+// sketch: the many light keys of a flood cost a probe and an increment,
+// not a counter taken over). So at most Shards() × min(policies that
+// refuse, refusalPolicies) × about 8 KiB with keys of 20 bytes: 8 shards
+// and two policies refusing, 128 KiB; whatever the number of tags.
 //
 // Error: a key falls in one shard only, so each shard's sketch sees all
-// of its key's refusals under that policy, whether counted in the table
-// first or not, and Space-Saving's bound holds per shard: a key's count
-// is over its true count by at most its shard's refusals of the policy in
-// the interval over refusalK, about the policy's refusals over
-// Shards()×refusalK, and each item says by how much (its Err).
+// of its key's refusals under that policy, each record's once per
+// harvest with its exact count, and Space-Saving's bound holds per shard:
+// a key's count is over its true count by at most its shard's refusals of
+// the policy in the interval over refusalK, about the policy's refusals
+// over Shards()×refusalK, and each item says by how much (its Err).
+// Refusals of a record freed before the harvest (forgotten, evicted) are
+// counted as untracked.
 
 // refusalK is how many counters each shard's sketch of one policy's
 // refusals has, refusalFilter how many filter counters, and
@@ -40,23 +45,6 @@ const (
 	refusalFilter   = 512
 	refusalPolicies = 16
 )
-
-// refusalSlots is the size of each shard's table of refused records,
-// refusalFull how many it holds before new records go to the sketches at
-// once, refusalProbe how many slots a record is looked for in.
-const (
-	refusalSlots = 4096
-	refusalFull  = refusalSlots * 3 / 4
-	refusalProbe = 8
-)
-
-// refusalCount is one refused record and its refusals since the last
-// harvest; ref 0 is an empty slot.
-type refusalCount struct {
-	h   uint64
-	ref uint32
-	n   uint32
-}
 
 // refusalSketch counts the keys one policy refused in one shard.
 type refusalSketch struct {
@@ -75,65 +63,72 @@ type Refusals struct {
 	topk.Summary
 }
 
-// refusedRec counts a refusal of the record ref, whose key hashes to h,
-// under limit policy pi: exactly, in the shard's table of refused records
-// (refusalSlots slots, probed from h), so that a refusal costs a probe and
-// an increment, and the sketches take each record once per harvest with
-// its count (flushCounted); in the sketch at once when the table has no
-// room near h. The caller holds the shard's lock.
-func (s *shard) refusedRec(pi int, h uint64, key []byte, ref uint32) {
-	if s.counted == nil {
-		s.counted = make([]refusalCount, refusalSlots)
-	}
-	i := int(h >> 32)
-	for p := range refusalProbe {
-		c := &s.counted[(i+p)&(refusalSlots-1)]
-		if c.ref == ref && c.h == h {
-			if c.n == ^uint32(0) {
-				break // saturated: the sketch takes the rest
-			}
-			c.n++
-			return
-		}
-		if c.ref == 0 {
-			if s.nCounted == refusalFull {
-				break
-			}
-			*c = refusalCount{h: h, ref: ref, n: 1}
-			s.nCounted++
-			return
-		}
-	}
-	s.refused(pi, h, key, 1)
-}
-
-// flushCounted moves the table of refused records into the sketches, each
-// record with its count, and empties it. A record freed since its
-// refusals (forgotten, evicted, its place taken by another key) is no
-// longer there to name them: they count as untracked. The caller holds
-// the shard's lock, and calls it before the policies' indexes change.
-func (s *shard) flushCounted() {
-	if s.nCounted == 0 {
+// refusedRec counts a refusal of the record r, at ref, in the record:
+// the harvest hands it to its policy's sketch. Refusals of the record the
+// shard refused last wait in the shard (pendRef, pendN) until another
+// record is refused, so that a flood from one tag costs an increment, not
+// an atomic add each. The caller holds the shard's lock; processes
+// deciding in process add to the same count.
+func (s *shard) refusedRec(r record, ref uint32) {
+	if ref == s.pendRef {
+		s.pendN++
 		return
 	}
-	for i := range s.counted {
-		c := &s.counted[i]
-		if c.ref == 0 {
-			continue
-		}
-		r := s.arena.rec(c.ref)
-		pi := r.policy()
-		if pi < len(s.policies) && s.policies[pi].Action == Limit {
-			if key := r.key(); Hash(s.seed, key) == c.h {
-				s.refused(pi, c.h, key, uint64(c.n))
-				*c = refusalCount{}
-				continue
+	s.flushRefused()
+	s.pendRef, s.pendN = ref, 1
+}
+
+// flushRefused adds the refusals waiting in the shard to their record.
+func (s *shard) flushRefused() {
+	if s.pendN == 0 {
+		return
+	}
+	if atomic.AddUint32(s.arena.rec(s.pendRef).u32(recRefused), s.pendN) == s.pendN {
+		s.arena.reg.markDirty(s.pendRef)
+	}
+	s.pendRef, s.pendN = 0, 0
+}
+
+// dropRefused counts the refusals of record ref, about to be killed, as
+// untracked: there will be no key to name them. removeAt does the same
+// for those waiting in the shard.
+func (s *shard) dropRefused(ref uint32) {
+	s.untracked += uint64(s.arena.rec(ref).refusedCount())
+}
+
+// collectRefused hands the refusals counted in the shard's records, by
+// its decisions and in process, to the sketches, found through the dirty
+// bitmap, whose bits it leaves for the next drain. The caller holds the
+// shard's lock, and calls it before the policies' indexes change.
+func (s *shard) collectRefused() {
+	s.flushRefused()
+	reg := s.arena.reg
+	for ci := range s.arena.chunks {
+		c := &s.arena.chunks[ci]
+		w0 := c.ref >> 6
+		for w := range c.live {
+			set := atomic.LoadUint64(&reg.dirty[w0+uint32(w)]) & c.live[w]
+			for set != 0 {
+				ref := c.ref + uint32(w*64+bits.TrailingZeros64(set))
+				set &= set - 1
+				if r := s.arena.rec(ref); r.refusedCount() != 0 {
+					s.refusedFrom(r, r.takeRefused())
+				}
 			}
 		}
-		s.untracked += uint64(c.n)
-		*c = refusalCount{}
 	}
-	s.nCounted = 0
+}
+
+// refusedFrom hands rf refusals of record r to the sketch of the policy
+// that governs its key; none for a key with no bucket.
+func (s *shard) refusedFrom(r record, rf uint32) {
+	key := r.key()
+	if rf == 0 || len(key) == 0 {
+		return
+	}
+	if pi := match(s.policies, key); s.policies[pi].Action == Limit {
+		s.refused(pi, Hash(s.seed, key), key, uint64(rf))
+	}
 }
 
 // refused counts n refusals of key, which hashes to h, under limit
@@ -198,7 +193,7 @@ func (t *Table) TakeRefusals(dst []Refusals) (_ []Refusals, untracked uint64) {
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		s.flushCounted()
+		s.collectRefused()
 		for j := range s.refusals[:s.nRefusals] {
 			r := &s.refusals[j]
 			k := first

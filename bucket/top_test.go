@@ -226,7 +226,7 @@ func TestRefusalsExactTable(t *testing.T) {
 		t.Fatalf("%+v, %d untracked; want heavy refused exactly 999 times, gone's 4 untracked", r, untracked)
 	}
 
-	// Fill the table with light keys, then refuse a heavy one.
+	// Many light keys, more than a shard's sketch holds, then a heavy one.
 	big := newTestTable(t, Policy{Rate: 0.001, Burst: 1}, 100000)
 	truth := map[string]uint64{}
 	refuse := func(key string) {
@@ -234,7 +234,7 @@ func TestRefusalsExactTable(t *testing.T) {
 			truth[key]++
 		}
 	}
-	for i := range 2 * refusalSlots * len(big.shards) {
+	for i := range 8192 * len(big.shards) {
 		refuse(fmt.Sprint("light", i))
 		refuse(fmt.Sprint("light", i))
 	}
