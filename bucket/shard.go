@@ -42,11 +42,13 @@ type shardFields struct {
 	evictions   uint64
 	evictedHits uint64
 
-	refusals  []refusalSketch // per policy refusing since the last harvest (top.go)
-	nRefusals int             // refusals[:nRefusals] are in use
-	untracked uint64          // refusals past refusalPolicies policies, or of records gone
-	pendRef   uint32          // the record refused last (refusedRec), and its
-	pendN     uint32          // refusals not yet added to it
+	refusals    []refusalSketch // per policy refusing since the last harvest (top.go)
+	nRefusals   int             // refusals[:nRefusals] are in use
+	untracked   uint64          // refusals past refusalPolicies policies, or of records gone
+	pendRef     uint32          // the record refused last (refusedRec), and its
+	pendN       uint32          // refusals not yet added to it
+	refusedRefs []uint32        // records whose refusals this shard raised from 0 since the harvest
+	spilled     bool            // some were marked in the dirty bitmap instead: refusedRefs was full
 }
 
 // shardCounts counts the queries a limit policy answered in one shard.

@@ -9,23 +9,26 @@ import (
 
 // This file owns the refusals' side of "who is throttled": a refusal
 // counts in its record, as a refusal made in process does (an atomic add
-// on the record the decision has just read, and the record's dirty bit
-// when its count rises from 0), and the harvest (TakeRefusals) moves each
-// record's count into small heavy-hitter sketches per policy (package
-// topk), once per interval, through the dirty bitmap; a drain for the
-// peers (Drain) moves them too, as it passes. The served side needs no
-// counting here: served hits are drained for the peers anyway (Drain),
-// and PolicyName attributes them.
+// on the record the decision has just read), and the shard lists the
+// records whose count it raised from 0; the harvest (TakeRefusals) moves
+// each listed record's count into small heavy-hitter sketches per policy
+// (package topk), once per interval. Refusals made in process mark their
+// records in the dirty bitmap instead, and a drain for the peers (Drain)
+// moves them. The served side needs no counting here: served hits are
+// drained for the peers anyway (Drain), and PolicyName attributes them.
 //
 // Memory: nothing per record beyond its refusal count, which the state
-// file's layout already holds for processes deciding in process; a shard
-// makes a sketch the first time a policy refuses in it, keeping it for
-// reuse once harvested; at most refusalPolicies sketches per shard, each
-// of refusalK counters and refusalFilter filter counters (a filtered
-// sketch: the many light keys of a flood cost a probe and an increment,
-// not a counter taken over). So at most Shards() × min(policies that
-// refuse, refusalPolicies) × about 8 KiB with keys of 20 bytes: 8 shards
-// and two policies refusing, 128 KiB; whatever the number of tags.
+// file's layout already holds for processes deciding in process, and 4
+// bytes per record refused in the interval in the shard's list (at most
+// the shard's capacity; past it, records are marked dirty and the harvest
+// walks the bitmap); a shard makes a sketch the first time a policy
+// refuses in it, keeping it for reuse once harvested; at most
+// refusalPolicies sketches per shard, each of refusalK counters and
+// refusalFilter filter counters (a filtered sketch: the many light keys
+// of a flood cost a probe and an increment, not a counter taken over).
+// So the sketches take at most Shards() × min(policies that refuse,
+// refusalPolicies) × about 8 KiB with keys of 20 bytes: 8 shards and two
+// policies refusing, 128 KiB; whatever the number of tags.
 //
 // Error: a key falls in one shard only, so each shard's sketch sees all
 // of its key's refusals under that policy, each record's once per
@@ -78,13 +81,19 @@ func (s *shard) refusedRec(r record, ref uint32) {
 	s.pendRef, s.pendN = ref, 1
 }
 
-// flushRefused adds the refusals waiting in the shard to their record.
+// flushRefused adds the refusals waiting in the shard to their record,
+// and lists the record if that raised its count from 0.
 func (s *shard) flushRefused() {
 	if s.pendN == 0 {
 		return
 	}
 	if atomic.AddUint32(s.arena.rec(s.pendRef).u32(recRefused), s.pendN) == s.pendN {
-		s.arena.reg.markDirty(s.pendRef)
+		if len(s.refusedRefs) < max(s.capacity, 1024) {
+			s.refusedRefs = append(s.refusedRefs, s.pendRef)
+		} else {
+			s.arena.reg.markDirty(s.pendRef)
+			s.spilled = true
+		}
 	}
 	s.pendRef, s.pendN = 0, 0
 }
@@ -96,12 +105,25 @@ func (s *shard) dropRefused(ref uint32) {
 	s.untracked += uint64(s.arena.rec(ref).refusedCount())
 }
 
-// collectRefused hands the refusals counted in the shard's records, by
-// its decisions and in process, to the sketches, found through the dirty
-// bitmap, whose bits it leaves for the next drain. The caller holds the
-// shard's lock, and calls it before the policies' indexes change.
+// collectRefused hands the refusals counted in the records the shard
+// listed to the sketches; when the list overflowed, it walks the dirty
+// bitmap too, whose bits it leaves for the next drain (which also finds
+// the refusals made in process). A listed record may have been freed
+// since, its count then 0, or taken again by another key, whose
+// refusals it then counts. The caller holds the shard's lock, and calls
+// it before the policies' indexes change.
 func (s *shard) collectRefused() {
 	s.flushRefused()
+	for _, ref := range s.refusedRefs {
+		if r := s.arena.rec(ref); r.refusedCount() != 0 {
+			s.refusedFrom(r, r.takeRefused())
+		}
+	}
+	s.refusedRefs = s.refusedRefs[:0]
+	if !s.spilled {
+		return
+	}
+	s.spilled = false
 	reg := s.arena.reg
 	for ci := range s.arena.chunks {
 		c := &s.arena.chunks[ci]

@@ -206,12 +206,11 @@ func TestRefusalDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// TestRefusalsExactTable: a record's refusals are counted exactly in its
-// shard's table until the harvest; past the table's room, the sketches
-// take them at once, and a heavy key refused only then is still listed
-// within its stated error; refusals of a record forgotten before the
-// harvest count as untracked.
-func TestRefusalsExactTable(t *testing.T) {
+// TestRefusalsExact: a record's refusals are counted exactly in the
+// record until the harvest, and a heavy key refused after thousands of
+// light ones is still listed within its stated error; refusals of a
+// record forgotten before the harvest count as untracked.
+func TestRefusalsExact(t *testing.T) {
 	tb := newTestTable(t, Policy{Rate: 0.001, Burst: 1}, 1000) // one shard
 	for range 1000 {
 		tb.Allow(at(0), []byte("heavy"))
@@ -264,5 +263,39 @@ func TestRefusalsExactTable(t *testing.T) {
 		if !held[k] && c > r.Floor {
 			t.Fatalf("%s refused %d times, left out under the floor %d", k, c, r.Floor)
 		}
+	}
+}
+
+// TestRefusalsSpilled: more records refused in one interval than a
+// shard lists (records evicted and their places taken by new keys, each
+// refused in turn) are found through the dirty bitmap instead, and every
+// refusal is either harvested or counted as untracked (its record gone).
+func TestRefusalsSpilled(t *testing.T) {
+	tb := newTestTable(t, Policy{Rate: 0.001, Burst: 1}, 500) // one shard, room for 500
+	refusals := uint64(0)
+	for i := range 3000 {
+		key := []byte(fmt.Sprint("k", i))
+		for range 3 {
+			if !tb.Allow(at(0), key) {
+				refusals++
+			}
+		}
+	}
+	if s := &tb.shards[0]; !s.spilled && len(s.refusedRefs) <= max(s.capacity, 1024) {
+		t.Fatalf("the shard listed %d records and did not spill: the test no longer overflows the list", len(s.refusedRefs))
+	}
+	got, untracked := refusalsOf(t, tb)
+	r := got["default"]
+	if r.Total+untracked != refusals || r.Total == 0 {
+		t.Fatalf("harvested %d and %d untracked, want %d refusals in all", r.Total, untracked, refusals)
+	}
+	// The last keys, still tracked, are counted exactly.
+	for _, it := range r.Items {
+		if it.Err == 0 && it.Count != 2 {
+			t.Fatalf("%s: counted %d, refused twice", it.Key, it.Count)
+		}
+	}
+	if got, _ := refusalsOf(t, tb); len(got) != 0 {
+		t.Fatalf("a second harvest found %+v", got)
 	}
 }
