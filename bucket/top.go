@@ -141,14 +141,15 @@ func (s *shard) collectRefused() {
 	}
 }
 
-// refusedFrom hands rf refusals of record r to the sketch of the policy
-// that governs its key; none for a key with no bucket.
+// refusedFrom hands rf refusals of record r to the sketch of its policy
+// (the one its key matched, which the record keeps); none for a key with
+// no bucket.
 func (s *shard) refusedFrom(r record, rf uint32) {
 	key := r.key()
 	if rf == 0 || len(key) == 0 {
 		return
 	}
-	if pi := match(s.policies, key); s.policies[pi].Action == Limit {
+	if pi := r.policy(); pi < len(s.policies) && s.policies[pi].Action == Limit {
 		s.refused(pi, Hash(s.seed, key), key, uint64(rf))
 	}
 }

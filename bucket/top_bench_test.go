@@ -54,3 +54,30 @@ func BenchmarkTakeRefusals(b *testing.B) {
 		dst, _ = tb.TakeRefusals(dst[:0])
 	}
 }
+
+// BenchmarkRefusalFlood is a refusal flood spread over a million tracked
+// tags, each refused once a pass, with a harvest (TakeRefusals) after
+// each pass, as the daemon harvests once an interval: one op is one
+// refusal, its share of the harvest included.
+func BenchmarkRefusalFlood(b *testing.B) {
+	const n = 1000000
+	tb := newTestTable(b, Policy{Rate: 1, Burst: 1}, 2*n)
+	tags := benchTags(n)
+	now := time.Unix(1e9, 0)
+	for _, tag := range tags {
+		tb.Allow(now, tag)
+	}
+	var dst []Refusals
+	b.ReportAllocs()
+	ok, i := 0, 0
+	for b.Loop() {
+		if tb.Allow(now, tags[i]) {
+			ok++
+		}
+		if i++; i == n {
+			i = 0
+			dst, _ = tb.TakeRefusals(dst[:0])
+		}
+	}
+	served(b, ok, b.N)
+}
