@@ -6,8 +6,10 @@
 # configuration of contrib/ (nginx auth_request and Caddy forward_auth to
 # the HTTP decision endpoint; nginx's Lua module and HAProxy's Lua action
 # over the Unix socket; nginx deciding in process from the shared table,
-# contrib/nginx/dthrottle-shared.conf with libdthrottle, and HAProxy
-# likewise, contrib/haproxy/haproxy-shared.cfg with its Lua C module
+# contrib/nginx/dthrottle-shared.conf with libdthrottle through LuaJIT's
+# FFI, and natively, contrib/nginx/dthrottle-module.conf with
+# ngx_http_dthrottle_module; HAProxy likewise,
+# contrib/haproxy/haproxy-shared.cfg with its Lua C module
 # dthrottle_shared.so), every request
 # spending a token of a tag that is never exhausted (burst 1,000,000, rate
 # 1e9). Beside them, the proxies' own limiters, as anchors of what a
@@ -29,21 +31,23 @@
 #   ROUNDS=5 DURATION=10s bench/proxies.sh
 #
 # Needs nginx with libnginx-mod-http-lua, caddy, haproxy, wrk, and cc,
-# make and the Lua 5.3 headers for libdthrottle and HAProxy's module
-# (Debian: apt-get install -y nginx libnginx-mod-http-lua caddy haproxy wrk
-# gcc make liblua5.3-dev).
+# make, nginx's sources and the Lua 5.3 headers for libdthrottle, nginx's
+# module and HAProxy's (Debian: apt-get install -y nginx
+# libnginx-mod-http-lua nginx-dev caddy haproxy wrk gcc make
+# liblua5.3-dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5s}
 CONNS=${CONNS:-64}
-BASE=${BASE:-28080} # ports BASE to BASE+16 on 127.0.0.1, below the ephemeral range
+BASE=${BASE:-28080} # ports BASE to BASE+18 on 127.0.0.1, below the ephemeral range
 
 for tool in /usr/sbin/nginx caddy /usr/sbin/haproxy wrk cc make; do
 	command -v "$tool" >/dev/null || { echo "proxies.sh: $tool not found (apt-get install -y nginx libnginx-mod-http-lua caddy haproxy wrk gcc make liblua5.3-dev)" >&2; exit 1; }
 done
 [ -e /usr/include/lua5.3/lua.h ] || { echo "proxies.sh: no Lua 5.3 headers (apt-get install -y liblua5.3-dev)" >&2; exit 1; }
+[ -x /usr/share/nginx/src/configure ] || { echo "proxies.sh: no nginx sources (apt-get install -y nginx-dev)" >&2; exit 1; }
 
 . bench/lib.sh
 bench_tmp proxies
@@ -51,8 +55,11 @@ bench_tmp proxies
 bench_www
 
 go build -o "$tmp/dthrottled" ./cmd/dthrottled
-# libdthrottle (nginx's shared path loads it) and HAProxy's module.
+# libdthrottle (nginx's shared path loads it), HAProxy's module and
+# nginx's (built as its Makefile builds it, in contrib/nginx/module).
 bench_haproxy_module
+make -s -C contrib/nginx/module >"$tmp/nginx-module-build.log" 2>&1 || { cat "$tmp/nginx-module-build.log" >&2; exit 1; }
+cp contrib/nginx/module/ngx_http_dthrottle_module.so "$tmp/"
 cat >"$tmp/dthrottle.toml" <<TOML
 [listen]
 unix = "$tmp/d.sock"
@@ -68,7 +75,8 @@ TOML
 pids+=($!)
 
 # Ports: nginx BASE+1 (off) BASE+2 (on, auth_request) BASE+9 (on, shared
-# table) BASE+10 (limit_req) BASE+12 (an empty access_by_lua), all in one
+# table) BASE+10 (limit_req) BASE+12 (an empty access_by_lua) BASE+17
+# (the native module; its worker's counters BASE+18), all in one
 # nginx, and BASE+8 (on, Lua) in a second one (each conf has an http
 # block's init_by_lua); caddy BASE+3 BASE+4 (fail-open BASE+5), haproxy
 # BASE+6 BASE+0 BASE+11 (stick table) BASE+14 (shared table) BASE+15 (a Lua
@@ -80,6 +88,9 @@ sed -e "s|listen 8080;|listen 127.0.0.1:$((BASE + 9));|" -e "s|root /var/www/htm
 	-e "s|/etc/nginx/dthrottle/|$PWD/contrib/nginx/|" -e "s|/usr/local/lib/libdthrottle.so|$tmp/libdthrottle/libdthrottle.so|" \
 	-e "s|/run/dthrottle/dthrottle.sock|$tmp/d.sock|" -e "s|rate = 1,|rate = 1e9,|" -e "s|burst = 10,|burst = 1000000,|" \
 	contrib/nginx/dthrottle-shared.conf >"$tmp/nginx-shared.conf"
+sed -e "s|listen 8080;|listen 127.0.0.1:$((BASE + 17));|" -e "s|root /var/www/html;|root $tmp/www;|" \
+	-e "s|/run/dthrottle/dthrottle.sock|$tmp/d.sock|" contrib/nginx/dthrottle-module.conf >"$tmp/nginx-module.conf"
+echo "server { listen 127.0.0.1:$((BASE + 18)); location / { dthrottle_stats; } }" >>"$tmp/nginx-module.conf"
 sed -e "s|/etc/nginx/dthrottle/|$PWD/contrib/nginx/|" -e "s|unix:/run/dthrottle/dthrottle.sock|unix:$tmp/d.sock|" \
 	-e "s|rate = 1,|rate = 1e9,|" -e "s|burst = 20,|burst = 1000000,|" contrib/nginx/dthrottle-lua.conf >"$tmp/nginx-lua.conf"
 # nginx_conf NAME INCLUDES...: an nginx.conf for one worker, its pid and
@@ -90,6 +101,7 @@ nginx_conf() {
 	cat <<NGINX
 load_module /usr/lib/nginx/modules/ndk_http_module.so;
 load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
+load_module $tmp/ngx_http_dthrottle_module.so;
 worker_processes 1;
 error_log $tmp/$name-error.log;
 pid $tmp/$name.pid;
@@ -145,7 +157,7 @@ server {
     }
 }
 NGINX
-nginx_conf nginx "$tmp/nginx-servers.conf" "$tmp/nginx-on.conf" "$tmp/nginx-shared.conf" >"$tmp/nginx.conf"
+nginx_conf nginx "$tmp/nginx-servers.conf" "$tmp/nginx-on.conf" "$tmp/nginx-shared.conf" "$tmp/nginx-module.conf" >"$tmp/nginx.conf"
 nginx_conf nginx-lua "$tmp/nginx-lua.conf" "$tmp/nginx-lua-server.conf" >"$tmp/nginx-lua-main.conf"
 /usr/sbin/nginx -p "$tmp" -c "$tmp/nginx.conf" -g 'daemon off;' 2>"$tmp/nginx.log" &
 pids+=($!)
@@ -215,8 +227,8 @@ HAPROXY
 pids+=($!)
 haproxy_pid=$!
 
-names=(nginx-off nginx-on nginx-lua nginx-shared nginx-limitreq nginx-luahook caddy-off caddy-on haproxy-off haproxy-on haproxy-stick haproxy-shared haproxy-luahook)
-ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 8)) $((BASE + 9)) $((BASE + 10)) $((BASE + 12)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0)) $((BASE + 11)) $((BASE + 14)) $((BASE + 15)))
+names=(nginx-off nginx-on nginx-lua nginx-shared nginx-module nginx-limitreq nginx-luahook caddy-off caddy-on haproxy-off haproxy-on haproxy-stick haproxy-shared haproxy-luahook)
+ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 8)) $((BASE + 9)) $((BASE + 17)) $((BASE + 10)) $((BASE + 12)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0)) $((BASE + 11)) $((BASE + 14)) $((BASE + 15)))
 bench_await proxies.sh "${ports[@]}"
 # Every server must be throttling (or limiting) as it should: a tag
 # refused here would make its figures those of a refusal.
@@ -225,6 +237,7 @@ for p in "${ports[@]}"; do
 	[ "$code" = 200 ] || { echo "proxies.sh: port $p answers $code" >&2; exit 1; }
 done
 grep -q 'dthrottle: detached' "$tmp/nginx-error.log" && { echo "proxies.sh: nginx-shared did not attach:" >&2; cat "$tmp/nginx-error.log" >&2; exit 1; }
+curl -s "http://127.0.0.1:$((BASE + 18))/" | grep -q 'shared=true' || { echo "proxies.sh: nginx-module did not attach:" >&2; cat "$tmp/nginx-error.log" >&2; exit 1; }
 for _ in $(seq 50); do
 	grep -q 'dthrottle: attached to .*: deciding in process' "$tmp/haproxy.log" && break
 	sleep 0.1
@@ -235,7 +248,7 @@ grep -q 'dthrottle: attached to .*: deciding in process' "$tmp/haproxy.log" || {
 # one proxy share a process, so its paths are compared on the same one.
 nginx_worker=$(pgrep -P "$nginx_master")
 nginx_lua_worker=$(pgrep -P "$nginx_lua_master")
-cpu_pids=("$nginx_worker" "$nginx_worker" "$nginx_lua_worker" "$nginx_worker" "$nginx_worker" "$nginx_worker"
+cpu_pids=("$nginx_worker" "$nginx_worker" "$nginx_lua_worker" "$nginx_worker" "$nginx_worker" "$nginx_worker" "$nginx_worker"
 	"$caddy_pid" "$caddy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid")
 echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); wrk -t2 -c$CONNS -d$DURATION --latency"
 for r in $(seq "$ROUNDS"); do
@@ -247,18 +260,22 @@ for r in $(seq "$ROUNDS"); do
 		printf 'round %d  %-14s %10.0f req/s  p99 %-8s proxy CPU %s us/request%s\n' "$r" "${names[$i]}" "$rps" "$p99" "$cpu" "${errs:+  non-2xx $errs}"
 		echo "${names[$i]} $rps $p99 $cpu" >>"$tmp/results"
 		[ "${names[$i]}" = nginx-shared ] && shared_reqs=$((${shared_reqs:-0} + reqs))
+		[ "${names[$i]}" = nginx-module ] && module_reqs=$((${module_reqs:-0} + reqs))
 		[ "${names[$i]}" = haproxy-shared ] && haproxy_shared_reqs=$((${haproxy_shared_reqs:-0} + reqs))
 	done
 done
 # Every request to nginx-shared was decided in its worker, bar the first,
 # asked (the tag was new), and those of the readiness checks above.
 echo "nginx-shared: $(curl -s "http://127.0.0.1:$((BASE + 13))/") (wrk counted $shared_reqs requests)"
-# Likewise HAProxy's: ok and no were decided in process.
+# Likewise the native module's, and HAProxy's: ok and no were decided in
+# process.
+echo "nginx-module: $(curl -s "http://127.0.0.1:$((BASE + 18))/") (wrk counted $module_reqs requests)"
 echo "haproxy-shared: $(curl -s "http://127.0.0.1:$((BASE + 16))/") (wrk counted $haproxy_shared_reqs requests)"
 echo
 echo "| proxy | off req/s (median) | on req/s (median) | on/off | p99 off / on (median) | proxy CPU us/request off / on (median) |"
 echo "|---|---|---|---|---|---|"
 for row in "nginx, auth_request:nginx-off:nginx-on" "nginx, Lua:nginx-off:nginx-lua" "nginx, shared table:nginx-off:nginx-shared" \
+	"nginx, shared table, native module:nginx-off:nginx-module" \
 	"nginx, limit_req (its own):nginx-off:nginx-limitreq" "nginx, empty access_by_lua:nginx-off:nginx-luahook" "caddy:caddy-off:caddy-on" "haproxy:haproxy-off:haproxy-on" \
 	"haproxy, stick table (its own):haproxy-off:haproxy-stick" "haproxy, shared table:haproxy-off:haproxy-shared" \
 	"haproxy, a Lua converter answering true:haproxy-off:haproxy-luahook"; do

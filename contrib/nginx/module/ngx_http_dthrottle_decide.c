@@ -1,0 +1,504 @@
+
+/*
+ * ngx_http_dthrottle_decide.c: the phase handler of
+ * ngx_http_dthrottle_module (see ngx_http_dthrottle_module.c): a request's
+ * tag decided from the table the worker maps, or asked; the fail mode and
+ * its backoff; the refusal and its headers.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include <nginx.h>
+
+#include "ngx_http_dthrottle_module.h"
+
+
+#define NGX_HTTP_DTHROTTLE_MAX_TAG    1024   /* bytes a tag may have */
+#define NGX_HTTP_DTHROTTLE_RETRY_MIN  50     /* ms without asking after a */
+#define NGX_HTTP_DTHROTTLE_RETRY_MAX  5000   /* failure, doubling to this */
+#define NGX_HTTP_DTHROTTLE_NS         1000000000LL
+
+
+static void ngx_http_dthrottle_left(ngx_http_request_t *r,
+    ngx_http_dthrottle_loc_conf_t *dlcf, ngx_uint_t left);
+static ngx_int_t ngx_http_dthrottle_start_ask(ngx_http_request_t *r,
+    ngx_http_dthrottle_loc_conf_t *dlcf, ngx_http_dthrottle_ctx_t *ctx,
+    ngx_str_t *tag);
+static ngx_int_t ngx_http_dthrottle_fail(ngx_http_request_t *r,
+    ngx_http_dthrottle_loc_conf_t *dlcf, ngx_http_dthrottle_ctx_t *ctx);
+static ngx_int_t ngx_http_dthrottle_refuse(ngx_http_request_t *r,
+    ngx_http_dthrottle_loc_conf_t *dlcf, dt_result *res);
+static ngx_int_t ngx_http_dthrottle_header(ngx_http_request_t *r,
+    ngx_str_t *key, u_char *value, size_t len);
+
+
+ngx_http_dthrottle_worker_t  ngx_http_dthrottle_worker;
+
+
+static ngx_str_t  ngx_http_dthrottle_retry_after = ngx_string("Retry-After");
+static ngx_str_t  ngx_http_dthrottle_policy = ngx_string("RateLimit-Policy");
+static ngx_str_t  ngx_http_dthrottle_limit = ngx_string("RateLimit");
+
+
+ngx_int_t
+ngx_http_dthrottle_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                        rc;
+    ngx_str_t                        tag;
+    dt_result                        res;
+    ngx_pool_cleanup_t              *cln;
+    ngx_http_dthrottle_ctx_t        *ctx;
+    ngx_http_dthrottle_worker_t     *w;
+    ngx_http_dthrottle_loc_conf_t   *dlcf;
+
+    if (r->main != r) {
+        return NGX_DECLINED;
+    }
+
+    dlcf = ngx_http_get_module_loc_conf(r, ngx_http_dthrottle_module);
+
+    if (dlcf->tag == NULL) {
+        return NGX_DECLINED;
+    }
+
+    ctx = ngx_http_dthrottle_get_ctx(r);
+
+    if (ctx != NULL) {
+        switch (ctx->state) {
+
+        case NGX_HTTP_DTHROTTLE_ASKING:
+            return NGX_AGAIN;
+
+        case NGX_HTTP_DTHROTTLE_ANSWERED:
+            ctx->state = NGX_HTTP_DTHROTTLE_DONE;
+            return ctx->rc;
+
+        default: /* decided before an internal redirect */
+            return NGX_DECLINED;
+        }
+    }
+
+    if (ngx_http_complex_value(r, dlcf->tag, &tag) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, sizeof(ngx_http_dthrottle_ctx_t));
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* the rest of the context is set by an ask */
+    ctx = cln->data;
+    ctx->request = r;
+    ctx->peer.connection = NULL;
+    ctx->state = NGX_HTTP_DTHROTTLE_DONE;
+    ctx->verdict = NGX_HTTP_DTHROTTLE_NONE;
+    ctx->probe = 0;
+    ctx->probed = 0;
+    cln->handler = ngx_http_dthrottle_cleanup;
+    ngx_http_set_ctx(r, ctx, ngx_http_dthrottle_module);
+
+    w = &ngx_http_dthrottle_worker;
+
+    if (tag.len == 0) {
+        ctx->verdict = NGX_HTTP_DTHROTTLE_EMPTY;
+        return NGX_DECLINED;
+    }
+
+    if (tag.len > NGX_HTTP_DTHROTTLE_MAX_TAG
+        || memchr(tag.data, '\n', tag.len) != NULL
+        || memchr(tag.data, '\r', tag.len) != NULL)
+    {
+        w->bad++;
+
+        if (!w->bad_logged) {
+            w->bad_logged = 1;
+            ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                          "dthrottle: a tag with CR or LF, or over %d bytes, "
+                          "cannot be asked over the line protocol: refused "
+                          "(logged once per worker)",
+                          NGX_HTTP_DTHROTTLE_MAX_TAG);
+        }
+
+        ctx->verdict = NGX_HTTP_DTHROTTLE_BAD;
+        return ngx_http_dthrottle_refuse(r, dlcf, NULL);
+    }
+
+    if (w->table != NULL) {
+        rc = dt_decide(w->table, (const char *) tag.data, tag.len, dt_now(),
+                       &res);
+
+        if (w->left && (rc == DT_OK || rc == DT_NO)) {
+            ngx_http_dthrottle_left(r, dlcf, 0);
+        }
+
+        switch (rc) {
+
+        case DT_OK:
+            w->ok++;
+            ctx->verdict = res.retry_after_ns > 0 ? NGX_HTTP_DTHROTTLE_DRY_RUN
+                                                  : NGX_HTTP_DTHROTTLE_OK;
+            return NGX_DECLINED;
+
+        case DT_NO:
+            w->no++;
+            ctx->verdict = NGX_HTTP_DTHROTTLE_NO;
+            return ngx_http_dthrottle_refuse(r, dlcf, &res);
+
+        case DT_LEFT:
+            if (!w->left) {
+                ngx_http_dthrottle_left(r, dlcf, 1);
+            }
+
+            break;
+
+        default: /* DT_ASK */
+            break;
+        }
+    }
+
+    return ngx_http_dthrottle_start_ask(r, dlcf, ctx, &tag);
+}
+
+
+/*
+ * ngx_http_dthrottle_get_ctx() finds the request's context: the module's,
+ * or after an internal redirect cleared that, the data of the cleanup
+ * the decision added to the main request's pool.
+ */
+
+ngx_http_dthrottle_ctx_t *
+ngx_http_dthrottle_get_ctx(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t        *cln;
+    ngx_http_dthrottle_ctx_t  *ctx;
+
+    r = r->main;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_dthrottle_module);
+    if (ctx != NULL) {
+        return ctx;
+    }
+
+    for (cln = r->pool->cleanup; cln; cln = cln->next) {
+        if (cln->handler == ngx_http_dthrottle_cleanup) {
+            ctx = cln->data;
+            ngx_http_set_ctx(r, ctx, ngx_http_dthrottle_module);
+            return ctx;
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
+ * ngx_http_dthrottle_left() records the daemon leaving its table (left:
+ * stopped, restarted, or stalled for a second), or beating in it again
+ * (a stall over), and logs either once.
+ */
+
+static void
+ngx_http_dthrottle_left(ngx_http_request_t *r,
+    ngx_http_dthrottle_loc_conf_t *dlcf, ngx_uint_t left)
+{
+    ngx_http_dthrottle_main_conf_t  *dmcf;
+
+    dmcf = ngx_http_get_module_main_conf(r, ngx_http_dthrottle_module);
+
+    ngx_http_dthrottle_worker.left = left;
+    ngx_http_dthrottle_worker.down = left;
+
+    if (left) {
+        ngx_log_error(NGX_LOG_NOTICE, r->connection->log, 0,
+                      "dthrottle: detached, failing %s while dthrottled at "
+                      "\"%V\" does not answer: it left its table (stopped, "
+                      "restarted, or stalled for a second)",
+                      dlcf->fail_closed ? "closed" : "open", &dmcf->socket);
+
+    } else {
+        ngx_log_error(NGX_LOG_NOTICE, r->connection->log, 0,
+                      "dthrottle: attached again to dthrottled at \"%V\": "
+                      "it beats in its table again, deciding in process",
+                      &dmcf->socket);
+    }
+}
+
+
+/*
+ * ngx_http_dthrottle_start_ask() asks the daemon, unless a failed ask
+ * holds the worker back: then the fail mode answers, and after the
+ * backoff one request at a time asks (the probe).
+ */
+
+static ngx_int_t
+ngx_http_dthrottle_start_ask(ngx_http_request_t *r,
+    ngx_http_dthrottle_loc_conf_t *dlcf, ngx_http_dthrottle_ctx_t *ctx,
+    ngx_str_t *tag)
+{
+    ngx_int_t                     rc;
+    const char                   *err;
+    ngx_http_dthrottle_worker_t  *w;
+
+    w = &ngx_http_dthrottle_worker;
+
+    if (w->backoff) {
+        if (w->probing || (ngx_msec_int_t) (ngx_current_msec - w->ask_at) < 0) {
+            return ngx_http_dthrottle_fail(r, dlcf, ctx);
+        }
+
+        w->probing = 1;
+        ctx->probe = 1;
+        ctx->probed = 1;
+    }
+
+    err = "";
+    rc = ngx_http_dthrottle_ask(r, ctx, tag, dlcf->timeout, &err);
+
+    if (rc == NGX_AGAIN) {
+        return NGX_AGAIN;
+    }
+
+    ngx_http_dthrottle_probe_done(ctx);
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_dthrottle_answered(r, ctx, NGX_HTTP_DTHROTTLE_ANSWER_FAILED,
+                                       err);
+}
+
+
+/*
+ * ngx_http_dthrottle_answered() takes an ask's outcome (err says why it
+ * failed) and returns what the phase handler returns for the request.
+ */
+
+ngx_int_t
+ngx_http_dthrottle_answered(ngx_http_request_t *r,
+    ngx_http_dthrottle_ctx_t *ctx, ngx_uint_t answer, const char *err)
+{
+    ngx_http_dthrottle_worker_t     *w;
+    ngx_http_dthrottle_loc_conf_t   *dlcf;
+    ngx_http_dthrottle_main_conf_t  *dmcf;
+
+    w = &ngx_http_dthrottle_worker;
+    dlcf = ngx_http_get_module_loc_conf(r, ngx_http_dthrottle_module);
+    dmcf = ngx_http_get_module_main_conf(r, ngx_http_dthrottle_module);
+
+    if (answer == NGX_HTTP_DTHROTTLE_ANSWER_FAILED) {
+
+        if (w->backoff == 0) {
+            ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                          "dthrottle: cannot ask dthrottled at \"%V\", "
+                          "failing %s: %s", &dmcf->socket,
+                          dlcf->fail_closed ? "closed" : "open", err);
+            w->backoff = NGX_HTTP_DTHROTTLE_RETRY_MIN;
+            w->ask_at = ngx_current_msec + w->backoff;
+
+        } else if (ctx->probed) {
+            /* a probe failed, not an ask started before the backoff */
+            w->backoff = ngx_min(w->backoff * 2, NGX_HTTP_DTHROTTLE_RETRY_MAX);
+            w->ask_at = ngx_current_msec + w->backoff;
+        }
+
+        return ngx_http_dthrottle_fail(r, dlcf, ctx);
+    }
+
+    w->asked++;
+
+    if (w->backoff) {
+        ngx_log_error(NGX_LOG_NOTICE, r->connection->log, 0,
+                      "dthrottle: asking dthrottled at \"%V\" again",
+                      &dmcf->socket);
+        w->backoff = 0;
+    }
+
+    /* the daemon answers: a worker that does not decide in process
+     * attaches (again) */
+
+    if ((w->table == NULL || w->left || !dt_shared(w->table))
+        && (ngx_msec_int_t) (ngx_current_msec - w->attach_at) >= 0)
+    {
+        ngx_http_dthrottle_attach(r->connection->log, dmcf);
+    }
+
+    if (answer == NGX_HTTP_DTHROTTLE_ANSWER_OK) {
+        ctx->verdict = NGX_HTTP_DTHROTTLE_ASKED_OK;
+        return NGX_DECLINED;
+    }
+
+    w->asked_no++;
+    ctx->verdict = NGX_HTTP_DTHROTTLE_ASKED_NO;
+
+    return ngx_http_dthrottle_refuse(r, dlcf, NULL);
+}
+
+
+void
+ngx_http_dthrottle_probe_done(ngx_http_dthrottle_ctx_t *ctx)
+{
+    if (ctx->probe) {
+        ctx->probe = 0;
+        ngx_http_dthrottle_worker.probing = 0;
+    }
+}
+
+
+static ngx_int_t
+ngx_http_dthrottle_fail(ngx_http_request_t *r,
+    ngx_http_dthrottle_loc_conf_t *dlcf, ngx_http_dthrottle_ctx_t *ctx)
+{
+    ngx_http_dthrottle_worker.failed++;
+
+    if (!dlcf->fail_closed) {
+        ctx->verdict = NGX_HTTP_DTHROTTLE_FAILED_OPEN;
+        return NGX_DECLINED;
+    }
+
+    ctx->verdict = NGX_HTTP_DTHROTTLE_FAILED_CLOSED;
+
+    return ngx_http_dthrottle_refuse(r, dlcf, NULL);
+}
+
+
+/*
+ * ngx_http_dthrottle_refuse() refuses with dthrottle_status. res, when
+ * the table refused, is its bucket: Retry-After is the time until a token
+ * and RateLimit-Policy and RateLimit state the policy, as the daemon's HTTP
+ * endpoint does: the name as a structured-field string, q the burst, w
+ * the time to fill (burst / rate), t the time until full, each rounded up
+ * to a second. A deny policy has no bucket, and gets no header. Without a
+ * bucket (asked, failed closed, a bad tag): Retry-After: 1.
+ */
+
+static ngx_int_t
+ngx_http_dthrottle_refuse(ngx_http_request_t *r,
+    ngx_http_dthrottle_loc_conf_t *dlcf, dt_result *res)
+{
+    u_char          *p, *last, c;
+    u_char           name[2 * sizeof(((dt_policy_info *) 0)->name) + 2];
+    size_t           len;
+    double           fill;
+    int64_t          retry, window, reset;
+    ngx_uint_t       i;
+    dt_policy_info   info;
+
+    if (res == NULL) {
+        if (ngx_http_dthrottle_header(r, &ngx_http_dthrottle_retry_after,
+                                      (u_char *) "1", 1)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return dlcf->status;
+    }
+
+    if (res->reset_ns <= 0) {
+        return dlcf->status;
+    }
+
+    retry = res->retry_after_ns / NGX_HTTP_DTHROTTLE_NS
+            + (res->retry_after_ns % NGX_HTTP_DTHROTTLE_NS > 0);
+    reset = res->reset_ns / NGX_HTTP_DTHROTTLE_NS
+            + (res->reset_ns % NGX_HTTP_DTHROTTLE_NS > 0);
+
+    p = ngx_pnalloc(r->pool, 3 * NGX_INT64_LEN + 2 * sizeof(name) + 32);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    last = ngx_sprintf(p, "%L", ngx_max(retry, 1));
+
+    if (ngx_http_dthrottle_header(r, &ngx_http_dthrottle_retry_after, p,
+                                  last - p)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* the policy as the table states it now; while the daemon rewrites
+     * its policies (EAGAIN), Retry-After goes alone */
+
+    if (dt_policy(ngx_http_dthrottle_worker.table, res->policy, &info) != 0) {
+        return dlcf->status;
+    }
+
+    fill = info.rate > 0 ? info.burst / info.rate : 0;
+
+    if (!(fill > 1)) {
+        window = 1;
+
+    } else if (fill >= 9.2e18) {
+        window = INT64_MAX;
+
+    } else {
+        window = (int64_t) fill;
+        window += ((double) window < fill);
+    }
+
+    len = 0;
+    name[len++] = '"';
+
+    for (i = 0; i < sizeof(info.name) && info.name[i] != '\0'; i++) {
+        c = (u_char) info.name[i];
+
+        if (c == '"' || c == '\\') {
+            name[len++] = '\\';
+            name[len++] = c;
+
+        } else {
+            name[len++] = (c < 0x20 || c > 0x7e) ? '?' : c;
+        }
+    }
+
+    name[len++] = '"';
+
+    p = last;
+    last = ngx_sprintf(p, "%*s;q=%uD;w=%L", len, name, info.burst, window);
+
+    if (ngx_http_dthrottle_header(r, &ngx_http_dthrottle_policy, p, last - p)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = last;
+    last = ngx_sprintf(p, "%*s;r=0;t=%L", len, name, reset);
+
+    if (ngx_http_dthrottle_header(r, &ngx_http_dthrottle_limit, p, last - p)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return dlcf->status;
+}
+
+
+static ngx_int_t
+ngx_http_dthrottle_header(ngx_http_request_t *r, ngx_str_t *key,
+    u_char *value, size_t len)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    h->key = *key;
+    h->value.data = value;
+    h->value.len = len;
+    h->lowcase_key = NULL;
+#if (nginx_version >= 1023000)
+    h->next = NULL;
+#endif
+
+    return NGX_OK;
+}

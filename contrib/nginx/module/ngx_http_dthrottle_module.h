@@ -1,0 +1,130 @@
+
+/*
+ * ngx_http_dthrottle_module.h: what the module's files share.
+ *
+ *   ngx_http_dthrottle_module.c  the module, its directives and
+ *                                configuration, the workers' start and
+ *                                exit, $dthrottle_status, dthrottle_stats
+ *   ngx_http_dthrottle_decide.c  the phase handler: the decision from the
+ *                                table, the fail mode, refusals
+ *   ngx_http_dthrottle_ask.c     talking to dthrottled: attaching to its
+ *                                table, and asking it without blocking
+ *                                the worker
+ */
+
+
+#ifndef _NGX_HTTP_DTHROTTLE_MODULE_H_INCLUDED_
+#define _NGX_HTTP_DTHROTTLE_MODULE_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "dthrottle_table.h"
+
+
+/* What decided a request: the values of $dthrottle_status. */
+typedef enum {
+    NGX_HTTP_DTHROTTLE_NONE = 0,       /* not decided (yet) */
+    NGX_HTTP_DTHROTTLE_OK,             /* served from the table */
+    NGX_HTTP_DTHROTTLE_NO,             /* refused from the table */
+    NGX_HTTP_DTHROTTLE_DRY_RUN,        /* a dry run's policy would refuse */
+    NGX_HTTP_DTHROTTLE_ASKED_OK,       /* the daemon, asked, served */
+    NGX_HTTP_DTHROTTLE_ASKED_NO,       /* the daemon, asked, refused */
+    NGX_HTTP_DTHROTTLE_FAILED_OPEN,    /* the daemon did not answer */
+    NGX_HTTP_DTHROTTLE_FAILED_CLOSED,
+    NGX_HTTP_DTHROTTLE_BAD,            /* a tag the protocol cannot carry */
+    NGX_HTTP_DTHROTTLE_EMPTY           /* an empty tag, served uncounted */
+} ngx_http_dthrottle_verdict_e;
+
+
+/* Where a request is: ctx->state. */
+typedef enum {
+    NGX_HTTP_DTHROTTLE_DONE = 0,       /* decided */
+    NGX_HTTP_DTHROTTLE_ASKING,         /* waiting for the daemon */
+    NGX_HTTP_DTHROTTLE_ANSWERED        /* answered: ctx->rc, once */
+} ngx_http_dthrottle_state_e;
+
+
+/* The outcome of an ask, for ngx_http_dthrottle_answered(). */
+typedef enum {
+    NGX_HTTP_DTHROTTLE_ANSWER_OK = 0,
+    NGX_HTTP_DTHROTTLE_ANSWER_NO,
+    NGX_HTTP_DTHROTTLE_ANSWER_FAILED
+} ngx_http_dthrottle_answer_e;
+
+
+typedef struct {
+    ngx_http_complex_value_t   *tag;          /* NULL: off */
+    ngx_uint_t                  fail_closed;
+    ngx_int_t                   status;
+    ngx_msec_t                  timeout;
+} ngx_http_dthrottle_loc_conf_t;
+
+
+typedef struct {
+    ngx_str_t                   socket;   /* dt_open()'s, NUL-terminated */
+    ngx_addr_t                  addr;     /* the same, to connect to */
+    unsigned                    abstract:1;
+    unsigned                    used:1;   /* a "dthrottle" names a tag */
+} ngx_http_dthrottle_main_conf_t;
+
+
+/*
+ * A decided request's context, the data of a cleanup of its pool: the
+ * cleanup closes a connection to the daemon that a request going away
+ * mid-ask leaves, and marks the request decided (internal redirects clear
+ * module contexts; the pool stays).
+ */
+typedef struct {
+    ngx_http_request_t         *request;
+    ngx_peer_connection_t       peer;     /* to the daemon, while asking */
+    ngx_str_t                   line;     /* "tag\n" */
+    size_t                      sent;
+    u_char                      reply[3];
+    size_t                      got;
+    ngx_int_t                   rc;       /* returned once answered */
+    ngx_uint_t                  state;    /* ngx_http_dthrottle_state_e */
+    ngx_uint_t                  verdict;  /* ngx_http_dthrottle_verdict_e */
+    unsigned                    probe:1;  /* the backoff's one ask, */
+    unsigned                    probed:1; /* which failing, doubles it */
+} ngx_http_dthrottle_ctx_t;
+
+
+/* The worker's attachment, its asking's backoff, and its counters. */
+typedef struct {
+    dt_table                   *table;        /* NULL until attached */
+    ngx_msec_t                  attach_at;    /* no attach before */
+    ngx_msec_t                  ask_at;       /* no ask before */
+    ngx_msec_t                  backoff;      /* 0 while asks are answered */
+    unsigned                    left:1;       /* the daemon left the table */
+    unsigned                    down:1;       /* an outage was logged */
+    unsigned                    probing:1;    /* the backoff's one ask */
+    unsigned                    attach_logged:1;
+    unsigned                    bad_logged:1;
+    ngx_uint_t                  ok, no;       /* decided in process */
+    ngx_uint_t                  asked, asked_no, failed, bad, attaches;
+    ngx_uint_t                  asking;       /* asks under way */
+} ngx_http_dthrottle_worker_t;
+
+
+ngx_int_t ngx_http_dthrottle_handler(ngx_http_request_t *r);
+ngx_http_dthrottle_ctx_t *ngx_http_dthrottle_get_ctx(ngx_http_request_t *r);
+void ngx_http_dthrottle_attach(ngx_log_t *log,
+    ngx_http_dthrottle_main_conf_t *dmcf);
+ngx_int_t ngx_http_dthrottle_answered(ngx_http_request_t *r,
+    ngx_http_dthrottle_ctx_t *ctx, ngx_uint_t answer, const char *err);
+void ngx_http_dthrottle_probe_done(ngx_http_dthrottle_ctx_t *ctx);
+
+ngx_int_t ngx_http_dthrottle_ask(ngx_http_request_t *r,
+    ngx_http_dthrottle_ctx_t *ctx, ngx_str_t *tag, ngx_msec_t timeout,
+    const char **err);
+void ngx_http_dthrottle_cleanup(void *data);
+
+
+extern ngx_module_t                  ngx_http_dthrottle_module;
+extern ngx_http_dthrottle_worker_t   ngx_http_dthrottle_worker;
+
+
+#endif /* _NGX_HTTP_DTHROTTLE_MODULE_H_INCLUDED_ */

@@ -1,0 +1,290 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The harness of nginx's native module (nginxmodule_test.go):
+// ngx_http_dthrottle_module.so built once from a copy of
+// contrib/nginx/module and libdthrottle against nginx-dev's sources,
+// Debian's nginx started on the shipped dthrottle-module.conf, and what
+// the tests read back from it.
+
+// nginxDevSource is where Debian's nginx-dev puts nginx's sources and
+// configure flags, where contrib/nginx/module/Makefile looks by default.
+const nginxDevSource = "/usr/share/nginx/src"
+
+// ngxModule is the module as buildNginxModule built it.
+var ngxModule struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// requireNginxModule returns nginx's path, or skips (fails under CI=true)
+// without nginx, the Lua module the tests compute their tags with,
+// nginx-dev's sources, a C compiler, make or bash.
+func requireNginxModule(t *testing.T) string {
+	t.Helper()
+	nginx := requireNginxLua(t)
+	for _, tool := range []string{"cc", "make", "bash"} {
+		requireTool(t, tool)
+	}
+	if _, err := os.Stat(filepath.Join(nginxDevSource, "configure")); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s (nginx-dev) is required under CI=true: %v", nginxDevSource, err)
+		}
+		t.Skipf("nginx-dev not installed: %v", err)
+	}
+	return nginx
+}
+
+// copyNginxModuleTo copies the module's sources into dst/nginx/module and
+// libdthrottle's into dst/libdthrottle, where the module's config finds
+// them (../../libdthrottle), and returns dst/nginx/module.
+func copyNginxModuleTo(dst string) (string, error) {
+	dir := filepath.Join(dst, "nginx", "module")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	src := filepath.Join("..", "contrib", "nginx", "module")
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || !(name == "config" || name == "Makefile" || strings.HasSuffix(name, ".c") ||
+			strings.HasSuffix(name, ".h") || strings.HasSuffix(name, ".map")) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name), b, 0o644)
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	return dir, copyLibdthrottleTo(filepath.Join(dst, "libdthrottle"))
+}
+
+// buildNginxModule builds ngx_http_dthrottle_module.so once per test
+// binary, in a copy beside the test's dthrottled so that the tree stays
+// clean, and returns the directory that holds it (and its build).
+func buildNginxModule(t *testing.T) string {
+	t.Helper()
+	requireNginxModule(t)
+	ngxModule.once.Do(func() {
+		dir, err := copyNginxModuleTo(filepath.Join(filepath.Dir(binary), "nginx-module"))
+		if err != nil {
+			ngxModule.err = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "make", "-s")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			ngxModule.err = fmt.Errorf("make ngx_http_dthrottle_module.so: %v\n%s", err, out)
+			return
+		}
+		ngxModule.dir = dir
+	})
+	if ngxModule.err != nil {
+		t.Fatal(ngxModule.err)
+	}
+	return ngxModule.dir
+}
+
+// ngxTagLines replace the shipped tag, the client's address: the tag is
+// the X-Tag header, else the query's tag argument, each percent-decoded
+// (so that a tag may hold any byte), else the client's address, as
+// shipped. X-DThrottle says what decided each request.
+const ngxTagLines = `        set_by_lua_block $dthrottle_tag {
+            local h = ngx.var.http_x_tag
+            if h then return ngx.unescape_uri(h) end
+            local a = ngx.var.arg_tag
+            if a then return ngx.unescape_uri(a) end
+            return ngx.var.remote_addr
+        }
+        dthrottle $dthrottle_tag;
+        add_header X-DThrottle $dthrottle_status always;`
+
+// ngxModuleServer is an nginx started by a test with the module.
+type ngxModuleServer struct {
+	cmd *exec.Cmd // the master
+	url string    // the site's /hello.txt
+	log string    // nginx's error log
+}
+
+// startNginxModule runs nginx, one worker, with
+// contrib/nginx/dthrottle-module.conf re-pointed at sock, its stats
+// location enabled, the tag as ngxTagLines takes it, a timeout of 2 s,
+// and the replacements in more made after those; the module is loaded in
+// the main context. It returns once the worker answers (it attached, if
+// it could, before it served).
+func startNginxModule(t *testing.T, sock string, more ...string) *ngxModuleServer {
+	t.Helper()
+	nginx := requireNginxModule(t)
+	mod := filepath.Join(buildNginxModule(t), "ngx_http_dthrottle_module.so")
+	// nginx's workers run as another user (nobody) when the test is root.
+	for p := filepath.Dir(sock); p != filepath.Dir(p) && strings.HasPrefix(p, os.TempDir()+"/"); p = filepath.Dir(p) {
+		must(t, os.Chmod(p, 0o755))
+	}
+	dir, www := proxySite(t)
+	// A directory's index is an internal redirect, which runs the
+	// preaccess phase again: it must not spend a second token.
+	must(t, os.WriteFile(filepath.Join(www, "index.html"), []byte("index\n"), 0o644))
+	port := freePort(t)
+	replace := append([]string{
+		"listen 8080;", fmt.Sprintf("listen 127.0.0.1:%d;", port),
+		"root /var/www/html;", "root " + www + ";",
+		"/run/dthrottle/dthrottle.sock", sock,
+		// A long timeout: on a loaded machine a slow answer must not turn
+		// into a fail-open one. An absent daemon still fails at once.
+		"# dthrottle_timeout 50ms;", "dthrottle_timeout 2s;",
+		"    # location = /dthrottle-stats {", "    location = /dthrottle-stats {",
+		"    #     allow 127.0.0.1;", "        allow 127.0.0.1;",
+		"    #     deny all;", "        deny all;",
+		"    #     dthrottle_stats;", "        dthrottle_stats;",
+		"    # }", "    }",
+		"        dthrottle $remote_addr;", ngxTagLines,
+	}, more...)
+	site := contribConfig(t, "nginx/dthrottle-module.conf", replace...)
+	must(t, os.WriteFile(filepath.Join(dir, "site.conf"), []byte(site), 0o644))
+	var load strings.Builder
+	for _, m := range append(nginxLuaModules, mod) {
+		fmt.Fprintf(&load, "load_module %s;\n", m)
+	}
+	writeNginxConf(t, dir, load.String(), "notice", "")
+	s := &ngxModuleServer{
+		cmd: exec.Command(nginx, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;"),
+		url: fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port),
+		log: filepath.Join(dir, "error.log"),
+	}
+	runProxy(t, s.cmd, port, filepath.Join(dir, "stderr.log"))
+	// The port accepts once the master listens; a request answered means
+	// a worker runs, and has attached.
+	if res := sharedGet(t, s.url+"?tag=", "", s.log); res.StatusCode != http.StatusOK {
+		t.Fatalf("an empty tag: %s, want 200", res.Status)
+	}
+	return s
+}
+
+// output returns nginx's error log.
+func (s *ngxModuleServer) output() string {
+	b, _ := os.ReadFile(s.log)
+	return string(b)
+}
+
+// stats returns what dthrottle_stats answers: the worker's counters.
+func (s *ngxModuleServer) stats(t *testing.T) string {
+	t.Helper()
+	res, err := (&http.Client{Timeout: 5 * time.Second}).Get(strings.TrimSuffix(s.url, "hello.txt") + "dthrottle-stats")
+	if err != nil {
+		t.Fatalf("GET /dthrottle-stats: %v\n%s", err, s.output())
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	must(t, err)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /dthrottle-stats: %s %s", res.Status, b)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// statsField returns the counter name of stats.
+func (s *ngxModuleServer) statsField(t *testing.T, name string) int {
+	t.Helper()
+	st := s.stats(t)
+	for _, f := range strings.Fields(st) {
+		if k, v, _ := strings.Cut(f, "="); k == name {
+			n, err := strconv.Atoi(v)
+			must(t, err)
+			return n
+		}
+	}
+	t.Fatalf("no %s in dthrottle_stats: %s", name, st)
+	return 0
+}
+
+// worker returns the pid of the master's one worker, polling until there
+// is one (and only one: a worker killed is being replaced).
+func (s *ngxModuleServer) worker(t *testing.T) int {
+	t.Helper()
+	var pids []int
+	poll(t, 10*time.Second, "nginx to run one worker", func() bool {
+		pids = childPIDs(t, s.cmd.Process.Pid)
+		return len(pids) == 1
+	})
+	return pids[0]
+}
+
+// childPIDs returns the pids of ppid's living children.
+func childPIDs(t *testing.T, ppid int) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	must(t, err)
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, not ")".
+		st := string(b)
+		f := strings.Fields(st[strings.LastIndexByte(st, ')')+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(ppid) && f[0] != "Z" {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// ngxGet fetches u for tag (as X-Tag, percent-encoded as hsEscape does)
+// and returns the response, its body read, and how long it took.
+func ngxGet(t *testing.T, s *ngxModuleServer, u, tag string) (*http.Response, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	res, err := hsGet(u, tag, true)
+	if err != nil {
+		t.Fatalf("GET %s (tag %q): %v\n%s", u, tag, err, s.output())
+	}
+	return res, time.Since(start)
+}
+
+// ngxStatuses sends n requests for tag and returns their statuses and
+// what decided each (X-DThrottle).
+func ngxStatuses(t *testing.T, s *ngxModuleServer, tag string, n int) (string, string) {
+	t.Helper()
+	var codes, how []string
+	for range n {
+		res, _ := ngxGet(t, s, s.url, tag)
+		codes = append(codes, strconv.Itoa(res.StatusCode))
+		how = append(how, res.Header.Get("X-DThrottle"))
+	}
+	return strings.Join(codes, " "), strings.Join(how, " ")
+}
+
+// resumeOnCleanup resumes d (stopped with SIGSTOP) when the test ends, so
+// that its own cleanup can stop it.
+func resumeOnCleanup(t *testing.T, d *daemon) {
+	t.Cleanup(func() { d.cmd.Process.Signal(syscall.SIGCONT) })
+}
