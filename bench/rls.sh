@@ -19,7 +19,11 @@
 # every round); the table gives medians. CPU per decision is the servers'
 # user+system time (/proc/PID/stat) over the measured window divided by
 # the calls answered in it: for the reference, service_cmd and
-# redis-server together.
+# redis-server together. Beside them runs the floor (bench/rlsfloor): a
+# server of the same service on google.golang.org/grpc's defaults that
+# answers every call OK and decides nothing, what any service built on
+# grpc-go spends per call; the reference's CPU per decision over the
+# floor's is the most such a service could gain on the reference.
 #
 #   bench/rls.sh                     # 3 rounds of 5 s, 64 in flight, 1000 values
 #   RUNS=5 DURATION=10s bench/rls.sh
@@ -27,6 +31,7 @@
 #                                    # instead of Unix sockets
 #   REF_ONLY=1 bench/rls.sh          # the reference alone (also the case
 #                                    # when dthrottled does not know [rls])
+#   FLOOR=0 bench/rls.sh             # without the floor
 #   DTHROTTLED=/path/to/dthrottled bench/rls.sh
 #
 # The reference runs on its defaults (a pool of 10 Redis connections, no
@@ -46,6 +51,8 @@ TRANSPORT=${TRANSPORT:-unix}
 REF_PORT=${REF_PORT:-18081}
 RLS_PORT=${RLS_PORT:-18082}
 REF_ONLY=${REF_ONLY:-}
+FLOOR=${FLOOR:-1}
+FLOOR_PORT=${FLOOR_PORT:-18083}
 
 # The reference, pinned: it has no tagged release. Keep in step with
 # rlsRefVersion in tests/rls_reference_test.go.
@@ -96,17 +103,22 @@ else
 	go build -o "$tmp/dthrottled" ./cmd/dthrottled
 fi
 go build -o "$tmp/dthrottle-load" ./cmd/dthrottle-load
+go build -o "$tmp/rlsfloor" ./bench/rlsfloor
 
 if [ "$TRANSPORT" = tcp ]; then
 	ref_addr=tcp:127.0.0.1:$REF_PORT
 	rls_addr=tcp:127.0.0.1:$RLS_PORT
 	rls_listen=127.0.0.1:$RLS_PORT
 	ref_listen=(GRPC_HOST=127.0.0.1 GRPC_PORT="$REF_PORT")
+	floor_addr=tcp:127.0.0.1:$FLOOR_PORT
+	floor_listen=127.0.0.1:$FLOOR_PORT
 else
 	ref_addr=unix:$tmp/ref.sock
 	rls_addr=unix:$tmp/rls.sock
 	rls_listen=unix:$tmp/rls.sock
 	ref_listen=(GRPC_UDS="$tmp/ref.sock")
+	floor_addr=unix:$tmp/floor.sock
+	floor_listen=unix:$tmp/floor.sock
 fi
 
 # The reference reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/*.yaml.
@@ -174,10 +186,20 @@ if [ -z "$REF_ONLY" ]; then
 	pids+=("$dpid")
 	systems+=(dthrottled)
 fi
+if [ "$FLOOR" = 1 ]; then
+	"$tmp/rlsfloor" -listen "$floor_listen" 2>"$tmp/floor.log" &
+	fpid=$!
+	pids+=("$fpid")
+	systems+=(floor)
+fi
 
 # Wait until every server answers a call, at most 10 s each.
 for sys in "${systems[@]}"; do
-	if [ "$sys" = ref ]; then a=$ref_addr log=$tmp/ref.log; else a=$rls_addr log=$tmp/dthrottled.log; fi
+	case $sys in
+	ref) a=$ref_addr log=$tmp/ref.log ;;
+	floor) a=$floor_addr log=$tmp/floor.log ;;
+	*) a=$rls_addr log=$tmp/dthrottled.log ;;
+	esac
 	for i in $(seq 100); do
 		"$tmp/dthrottle-load" rls -addr "$a" -domain bench -key open -values 1 -inflight 1 \
 			-warmup 0 -duration 10ms >/dev/null 2>&1 && break
@@ -198,10 +220,14 @@ read -r steal0 total0 < <(cpu_ticks)
 : >"$tmp/results"
 for round in $(seq "$RUNS"); do
 	order=("${systems[@]}")
-	if [ $((round % 2)) = 0 ] && [ ${#systems[@]} = 2 ]; then order=("${systems[1]}" "${systems[0]}"); fi
+	if [ $((round % 2)) = 0 ]; then order=(); for ((i = ${#systems[@]} - 1; i >= 0; i--)); do order+=("${systems[$i]}"); done; fi
 	for key in open tight; do
 		for sys in "${order[@]}"; do
-			if [ "$sys" = ref ]; then a=$ref_addr p=$refpid,$rpid; else a=$rls_addr p=$dpid; fi
+			case $sys in
+			ref) a=$ref_addr p=$refpid,$rpid ;;
+			floor) a=$floor_addr p=$fpid ;;
+			*) a=$rls_addr p=$dpid ;;
+			esac
 			"$tmp/dthrottle-load" rls -addr "$a" -pids "$p" -label "$sys $key" -domain bench -key "$key" \
 				-values "$VALUES" -inflight "$INFLIGHT" -warmup "$WARMUP" -duration "$DURATION" | tee -a "$tmp/results"
 		done
@@ -237,10 +263,13 @@ END {
 		for (s = 1; s <= n; s++) {
 			k = sys[s] " " key
 			r[s] = median(v[k, "rate"]); c[s] = median(v[k, "cpu_ns"]); p99[s] = median(v[k, "p99_us"])
-			name = sys[s] == "ref" ? "reference + Redis" : "dthrottled"
+			name = sys[s] == "ref" ? "reference + Redis" : sys[s] == "floor" ? "floor: grpc-go answering OK" : "dthrottled"
+			idx[sys[s]] = s
 			printf "| %s | %s | %s | %.1f%% | %s | %s | %.1f µs | %s |\n", key, name, num(r[s]) "/s",
 				100 * median(v[k, "ok"]), us(median(v[k, "p50_us"])), us(p99[s]), c[s] / 1000, num(1e9 / c[s])
 		}
-		if (n == 2) printf "| %s | dthrottled / reference | %.2fx | | | %.2fx | | **%.1fx** (target: at least 5x) |\n", key, r[2] / r[1], p99[2] / p99[1], c[1] / c[2]
+		d = idx["dthrottled"]; f = idx["floor"]
+		if (d) printf "| %s | dthrottled / reference | %.2fx | | | %.2fx | | **%.1fx** (target: at least 5x) |\n", key, r[d] / r[1], p99[d] / p99[1], c[1] / c[d]
+		if (f) printf "| %s | floor / reference | %.2fx | | | %.2fx | | %.1fx (the most any grpc-go service could reach) |\n", key, r[f] / r[1], p99[f] / p99[1], c[1] / c[f]
 	}
 }' "$tmp/results"
