@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -281,6 +282,35 @@ func ngxStatuses(t *testing.T, s *ngxModuleServer, tag string, n int) (string, s
 		how = append(how, res.Header.Get("X-DThrottle"))
 	}
 	return strings.Join(codes, " "), strings.Join(how, " ")
+}
+
+// stopDaemon stops d with SIGSTOP, and returns once every thread of it
+// has stopped: the signal is delivered before the threads stop, and a
+// thread still running would answer what the test means to go
+// unanswered. It resumes d when the test ends.
+func stopDaemon(t *testing.T, d *daemon) {
+	t.Helper()
+	pid := d.cmd.Process.Pid
+	must(t, d.cmd.Process.Signal(syscall.SIGSTOP))
+	resumeOnCleanup(t, d)
+	poll(t, 5*time.Second, "every thread of dthrottled to stop", func() bool {
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		if err != nil || len(tasks) == 0 {
+			return false
+		}
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return false
+			}
+			// The state follows the command's closing parenthesis.
+			i := bytes.LastIndexByte(b, ')')
+			if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // resumeOnCleanup resumes d (stopped with SIGSTOP) when the test ends, so

@@ -311,9 +311,8 @@ func TestNginxModuleHungDaemon(t *testing.T) {
 		t.Fatalf("before: %s, want 200 200 200 429", codes)
 	}
 
-	must(t, d.cmd.Process.Signal(syscall.SIGSTOP))
+	stopDaemon(t, d)
 	stopped := time.Now()
-	resumeOnCleanup(t, d)
 
 	// A new tag is asked, and the daemon does not answer.
 	type answer struct {
@@ -349,14 +348,14 @@ func TestNginxModuleHungDaemon(t *testing.T) {
 	// (the daemon beat less than a second ago).
 	res, took := ngxGet(t, s, s.url, "hung")
 	if since := time.Since(stopped); since < 700*time.Millisecond {
-		if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("X-DThrottle") != "NO" || took > 300*time.Millisecond {
+		if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("X-DThrottle") != "NO" || took > 450*time.Millisecond {
 			t.Errorf("a spent tag while an ask waits: %s, decided %s, in %v; want 429 from the table at once", res.Status, res.Header.Get("X-DThrottle"), took)
 		}
 	} else {
 		t.Logf("a spent tag checked %v after SIGSTOP: the table may be left, not checked", since)
 	}
 	a := <-asked
-	if a.code != http.StatusOK || a.how != "FAILED_OPEN" || a.took < 400*time.Millisecond || a.took > 1500*time.Millisecond {
+	if a.code != http.StatusOK || a.how != "FAILED_OPEN" || a.took < 400*time.Millisecond || a.took > 3*time.Second {
 		t.Errorf("a new tag, dthrottled stopped: %d, decided %s, after %v; want 200, FAILED_OPEN, after the 500 ms timeout", a.code, a.how, a.took)
 	}
 
@@ -376,21 +375,26 @@ func TestNginxModuleHungDaemon(t *testing.T) {
 			slow++
 		}
 	}
-	if slow > 3 {
+	// The backoff (50 ms doubling) lets an ask through now and then; on a
+	// loaded machine a few more, never most.
+	if slow > 10 {
 		t.Errorf("with dthrottled stopped, %d of 20 requests waited on an ask: want at most a few (one ask at a time, after a backoff)", slow)
 	}
 
 	must(t, d.cmd.Process.Signal(syscall.SIGCONT))
-	poll(t, 10*time.Second, "nginx to refuse the spent tag again", func() bool {
+	// Refused from the table again, not asked: asks that timed out while
+	// it was stopped still wait in its listen queue, and it counts them
+	// as it reads them, so the worker's own counters tell.
+	poll(t, 10*time.Second, "nginx to refuse the spent tag from the table again", func() bool {
 		res, _ := ngxGet(t, s, s.url, "hung")
-		return res.StatusCode == http.StatusTooManyRequests
+		return res.StatusCode == http.StatusTooManyRequests && res.Header.Get("X-DThrottle") == "NO"
 	})
-	socket0, decided0 := sharedCounts(t, d)
+	asked0 := s.statsField(t, "asked")
 	if codes, how := ngxStatuses(t, s, "hung", 5); codes != "429 429 429 429 429" || how != "NO NO NO NO NO" {
 		t.Errorf("after dthrottled went on: %s, decided %s; want 429s from the table", codes, how)
 	}
-	if socket1, decided1 := sharedCounts(t, d); socket1 != socket0 || decided1-decided0 != 5 {
-		t.Errorf("after dthrottled went on, 5 requests: asked %v over the socket, decided %v; want 0 and 5", socket1-socket0, decided1-decided0)
+	if asked := s.statsField(t, "asked") - asked0; asked != 0 {
+		t.Errorf("after dthrottled went on, 5 requests for a tag in the table: %d asked over the socket, want 0", asked)
 	}
 	if log := s.output(); !strings.Contains(log, "timed out") || !strings.Contains(log, "attached again") {
 		t.Errorf("nginx's error log does not say the ask timed out and the worker attached again:\n%s", log)
@@ -404,8 +408,7 @@ func TestNginxModuleClientGone(t *testing.T) {
 	requireNginxModule(t)
 	d := startDaemon(t, fmt.Sprintf(sharedDaemonConfig, ""))
 	s := startNginxModule(t, d.sock, "dthrottle_timeout 2s;", "dthrottle_timeout 30s;")
-	must(t, d.cmd.Process.Signal(syscall.SIGSTOP))
-	resumeOnCleanup(t, d)
+	stopDaemon(t, d)
 
 	u, err := url.Parse(s.url)
 	must(t, err)
