@@ -51,17 +51,8 @@ func requireHAProxyShared(t *testing.T) string {
 // (../libdthrottle), and returns dst/haproxy.
 func copyHAProxySharedTo(dst string) (string, error) {
 	dir := filepath.Join(dst, "haproxy")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := copySources(filepath.Join("..", "contrib", "haproxy"), dir, "Makefile", "dthrottle_shared.c"); err != nil {
 		return "", err
-	}
-	for _, name := range []string{"Makefile", "dthrottle_shared.c"} {
-		b, err := os.ReadFile(filepath.Join("..", "contrib", "haproxy", name))
-		if err == nil {
-			err = os.WriteFile(filepath.Join(dir, name), b, 0o644)
-		}
-		if err != nil {
-			return "", err
-		}
 	}
 	return dir, copyLibdthrottleTo(filepath.Join(dst, "libdthrottle"))
 }

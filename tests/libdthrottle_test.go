@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,21 +34,29 @@ func copyLibdthrottle(t *testing.T) string {
 // copyLibdthrottleTo copies the library's sources (not what was built in
 // the tree) into dst, made if need be.
 func copyLibdthrottleTo(dst string) error {
+	return copySources(libdthrottleDir, dst, "Makefile", ".c", ".h", ".supp")
+}
+
+// copySources copies the regular files of src whose names are among
+// names or end in one of them (".c") into dst, which it makes; a source
+// directory with none of them is an error.
+func copySources(src, dst string, names ...string) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
-	entries, err := os.ReadDir(libdthrottleDir)
+	entries, err := os.ReadDir(src)
 	if err != nil {
 		return err
 	}
 	n := 0
 	for _, e := range entries {
 		name := e.Name()
-		if !e.Type().IsRegular() || !(name == "Makefile" || strings.HasSuffix(name, ".c") ||
-			strings.HasSuffix(name, ".h") || strings.HasSuffix(name, ".supp")) {
+		if !e.Type().IsRegular() || !slices.ContainsFunc(names, func(s string) bool {
+			return name == s || strings.HasPrefix(s, ".") && strings.HasSuffix(name, s)
+		}) {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(libdthrottleDir, name))
+		b, err := os.ReadFile(filepath.Join(src, name))
 		if err == nil {
 			err = os.WriteFile(filepath.Join(dst, name), b, 0o644)
 		}
@@ -57,7 +66,7 @@ func copyLibdthrottleTo(dst string) error {
 		n++
 	}
 	if n == 0 {
-		return fmt.Errorf("no sources in %s", libdthrottleDir)
+		return fmt.Errorf("no sources in %s", src)
 	}
 	return nil
 }

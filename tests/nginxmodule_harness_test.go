@@ -57,27 +57,8 @@ func requireNginxModule(t *testing.T) string {
 // them (../../libdthrottle), and returns dst/nginx/module.
 func copyNginxModuleTo(dst string) (string, error) {
 	dir := filepath.Join(dst, "nginx", "module")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := copySources(filepath.Join("..", "contrib", "nginx", "module"), dir, "config", "Makefile", ".c", ".h", ".map"); err != nil {
 		return "", err
-	}
-	src := filepath.Join("..", "contrib", "nginx", "module")
-	entries, err := os.ReadDir(src)
-	if err != nil {
-		return "", err
-	}
-	for _, e := range entries {
-		name := e.Name()
-		if !e.Type().IsRegular() || !(name == "config" || name == "Makefile" || strings.HasSuffix(name, ".c") ||
-			strings.HasSuffix(name, ".h") || strings.HasSuffix(name, ".map")) {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(src, name))
-		if err == nil {
-			err = os.WriteFile(filepath.Join(dir, name), b, 0o644)
-		}
-		if err != nil {
-			return "", err
-		}
 	}
 	return dir, copyLibdthrottleTo(filepath.Join(dst, "libdthrottle"))
 }
