@@ -28,9 +28,10 @@ var modSources = []string{"mod_dthrottle.c", "dthrottle_client.c", "dthrottle_ta
 	"../libdthrottle/dthrottle_view.c", "../libdthrottle/dthrottle_hash.c",
 	"../libdthrottle/dthrottle_socket.c", "../libdthrottle/dthrottle_attach.c"}
 
-// modHeaders are the headers those include.
+// modHeaders are the headers those include, and the linker's version
+// script that keeps every symbol but the module record inside.
 var modHeaders = []string{"dthrottle_client.h", "dthrottle_status.h", "dthrottle_shared.h",
-	"../libdthrottle/dthrottle_table.h", "../libdthrottle/dthrottle_internal.h"}
+	"../libdthrottle/dthrottle_table.h", "../libdthrottle/dthrottle_internal.h", "mod_dthrottle.map"}
 
 var (
 	modOnce sync.Once
@@ -63,7 +64,7 @@ func buildModDthrottle(t *testing.T) string {
 				return
 			}
 		}
-		cmd := exec.Command(apxs, append([]string{"-c", "-Wc,-Wall", "-Wc,-Werror"}, modSources...)...)
+		cmd := exec.Command(apxs, append([]string{"-c", "-Wc,-Wall", "-Wc,-Werror", "-Wl,-Wl,--version-script=mod_dthrottle.map"}, modSources...)...)
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
 			modErr = fmt.Errorf("apxs: %v\n%s", err, out)

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"debug/elf"
 	"fmt"
 	"net/http"
 	"os"
@@ -182,5 +183,26 @@ func awaitStatus(t *testing.T, a *apacheServer, hc *http.Client, path string, st
 			t.Fatalf("waited 10 s for %s:\n%s", what, log)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestModApacheSymbols: the module built as shipped (with its version
+// script) exports the module record Apache looks up and nothing else, so
+// libdthrottle's dt_* functions compiled into it cannot clash with or
+// interpose on another copy in Apache's process.
+func TestModApacheSymbols(t *testing.T) {
+	f, err := elf.Open(buildModDthrottle(t))
+	must(t, err)
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	must(t, err)
+	var defined []string
+	for _, s := range syms {
+		if s.Section != elf.SHN_UNDEF && s.Name != "" {
+			defined = append(defined, s.Name)
+		}
+	}
+	if fmt.Sprint(defined) != "[dthrottle_module]" {
+		t.Errorf("mod_dthrottle.so exports %v, want [dthrottle_module] only", defined)
 	}
 }
