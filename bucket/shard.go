@@ -102,7 +102,7 @@ func (s *shard) allow(now int64, h uint64, key []byte, pi int) bool {
 		tat0 := r.tat()
 		tat := max(tat0, now)
 		if tat-now > p.allowAt {
-			s.refusedRec(r, ref)
+			s.refusedRec(ref)
 			if p.DryRun {
 				return s.dryRun(pi)
 			}

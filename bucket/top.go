@@ -66,13 +66,13 @@ type Refusals struct {
 	topk.Summary
 }
 
-// refusedRec counts a refusal of the record r, at ref, in the record:
+// refusedRec counts a refusal of the record at ref, in the record:
 // the harvest hands it to its policy's sketch. Refusals of the record the
 // shard refused last wait in the shard (pendRef, pendN) until another
 // record is refused, so that a flood from one tag costs an increment, not
 // an atomic add each. The caller holds the shard's lock; processes
 // deciding in process add to the same count.
-func (s *shard) refusedRec(r record, ref uint32) {
+func (s *shard) refusedRec(ref uint32) {
 	if ref == s.pendRef {
 		s.pendN++
 		return

@@ -108,7 +108,7 @@ func (s *shard) allowN(now int64, h uint64, key []byte, pi int, n int) Verdict {
 		}
 	}
 	if tat-now > serveBy {
-		s.refusedRec(r, ref)
+		s.refusedRec(ref)
 		v := Verdict{Policy: p.Policy, Tokens: p.tokens(tat, now),
 			Wait: time.Duration(tat - now - serveBy), Full: time.Duration(tat - now)}
 		if p.DryRun {
