@@ -3,8 +3,6 @@ package bucket
 import (
 	"encoding/binary"
 	"errors"
-	"math"
-	"strconv"
 	"sync/atomic"
 	"unsafe"
 )
@@ -23,6 +21,8 @@ type View struct {
 	shards  int
 	shift   uint
 	seed    uint64 // mixSeed of the table's seed
+
+	index atomic.Pointer[policyIndex] // the policy block as last read
 }
 
 // Code is a View's answer.
@@ -91,54 +91,59 @@ const casRetries = 64
 
 // Decide answers a query for tag at now (Unix nanoseconds).
 func (v *View) Decide(now int64, tag []byte) Decision {
+	var d Decision
+	v.DecideInto(now, tag, &d)
+	return d
+}
+
+// DecideInto is Decide, writing the answer to *out and returning its
+// Code. A caller that keeps the answer in a variable of its own decides
+// into it without copying the answer again.
+func (v *View) DecideInto(now int64, tag []byte, out *Decision) Code {
 	if len(tag) == 0 {
-		return Decision{Code: OK}
+		return only(out, OK)
 	}
 	switch st := v.hdr32(hdrState); {
 	case st != stateLive && st != stateAsking || now-int64(v.hdr64(hdrHeartbeat)) > 1e9:
-		return Decision{Code: Left}
+		return only(out, Left)
 	case st == stateAsking:
-		return Decision{Code: Ask}
+		return only(out, Ask)
 	}
 	seq := v.hdr32(hdrPolicySeq)
 	if seq&1 != 0 {
-		return Decision{Code: Ask}
+		return only(out, Ask)
 	}
-	pol, pi, ok := v.policy(tag)
+	pol, pi, ok := v.policy(seq, tag)
 	if !ok {
-		return Decision{Code: Ask}
-	}
-	d := Decision{Policy: pi, Limit: binary.LittleEndian.Uint32(pol[4:]), seq: seq}
-	action, dry := pol[0], pol[1]
-	if v.hdr32(hdrPolicySeq) != seq { // the policy read may be torn
-		return Decision{Code: Ask}
-	}
-	switch action {
-	case byte(Allow):
-		v.count(cpuStripe(0), pi, 0)
-		d.Code = OK
-		return d
-	case byte(Deny):
-		si := cpuStripe(0)
-		if dry != 0 {
-			v.count(si, pi, 0)
-			v.count(si, pi, 2)
-			d.Code = OK
-			return d
-		}
-		v.count(si, pi, 1)
-		return d
-	case byte(Limit):
-	default:
-		return Decision{Code: Ask}
-	}
-	if len(tag) > int(v.hdr32(hdrMaxKey)) || pi >= countedPolicies {
-		return Decision{Code: Ask}
+		return only(out, Ask)
 	}
 	le := binary.LittleEndian
+	action, dry, limit := pol[0], pol[1], le.Uint32(pol[4:])
 	per, allowAt := int64(le.Uint64(pol[8:])), int64(le.Uint64(pol[16:]))
-	if per < 1 || allowAt < 0 {
-		return Decision{Code: Ask}
+	if v.hdr32(hdrPolicySeq) != seq { // the policy read may be torn
+		return only(out, Ask)
+	}
+	switch action {
+	case byte(Allow), byte(Deny):
+		si, code := cpuStripe(0), OK
+		switch {
+		case action == byte(Allow):
+			v.count(si, pi, 0)
+		case dry != 0:
+			v.count(si, pi, 0)
+			v.count(si, pi, 2)
+		default:
+			v.count(si, pi, 1)
+			code = No
+		}
+		out.set(code, pi, limit, seq, 0, 0, 0)
+		return code
+	case byte(Limit):
+	default:
+		return only(out, Ask)
+	}
+	if len(tag) > int(v.hdr32(hdrMaxKey)) || pi >= countedPolicies || per < 1 || allowAt < 0 {
+		return only(out, Ask)
 	}
 	h := hashMixed(v.seed, tag)
 	si := 0
@@ -146,167 +151,78 @@ func (v *View) Decide(now int64, tag []byte) Decision {
 		si = int(h >> v.shift)
 	}
 	if si >= v.shards {
-		return Decision{Code: Ask}
+		return only(out, Ask)
 	}
 	stripe := cpuStripe(h)
-	rec := v.find(si, h, tag)
+	rec, tat0 := v.find(si, h, tag)
 	if rec == nil {
-		return Decision{Code: Ask}
+		return only(out, Ask)
 	}
 	tatp := (*int64)(unsafe.Pointer(&rec[0]))
-	for range casRetries {
-		tat0 := atomic.LoadInt64(tatp)
-		if !recordIs(rec, tag) || tat0 == deadTat || int(le.Uint16(rec[recPolicy:])) != pi {
-			return Decision{Code: Ask}
+	for try := 0; ; try++ {
+		if try > 0 { // find read tat0, then saw the tag in the record: so does a retry
+			if try == casRetries {
+				return only(out, Ask)
+			}
+			if tat0 = atomic.LoadInt64(tatp); !recordIs(rec, tag) {
+				return only(out, Ask)
+			}
+		}
+		if tat0 == deadTat || int(le.Uint16(rec[recPolicy:])) != pi {
+			return only(out, Ask)
 		}
 		tat := max(tat0, now)
 		if v.hdr32(hdrPolicySeq) != seq {
-			return Decision{Code: Ask}
+			return only(out, Ask)
 		}
 		if tat-now > allowAt {
-			d.Reset = tat - now
-			d.RetryAfter = tat - now - allowAt
 			if atomic.AddUint32((*uint32)(unsafe.Pointer(&rec[recRefused])), 1) == 1 {
 				v.markDirty(rec)
 			}
+			code := No
 			if dry != 0 { // dry run: serve, spend nothing
 				v.count(stripe, pi, 0)
 				v.count(stripe, pi, 2)
-				d.Code = OK
-				return d
+				code = OK
+			} else {
+				v.count(stripe, pi, 1)
 			}
-			v.count(stripe, pi, 1)
-			return d
+			out.set(code, pi, limit, seq, 0, tat-now-allowAt, tat-now)
+			return code
 		}
 		if atomic.CompareAndSwapInt64(tatp, tat0, tat+per) {
 			if atomic.AddUint32((*uint32)(unsafe.Pointer(&rec[recUnreported])), 1) == 1 {
 				v.markDirty(rec)
 			}
 			v.count(stripe, pi, 0)
-			d.Code = OK
-			d.Reset = tat + per - now
-			d.Remaining = (allowAt - (tat - now)) / per // >= 0: rounds down
-			return d
+			out.set(OK, pi, limit, seq, (allowAt-(tat-now))/per, 0, tat+per-now) // >= 0: rounds down
+			return OK
 		}
 	}
-	return Decision{Code: Ask}
 }
 
-// policy finds tag's policy in the block in force: its 32 bytes and
-// index, or false when the block does not hold together.
-func (v *View) policy(tag []byte) (pol []byte, pi int, ok bool) {
-	le := binary.LittleEndian
-	off := v.hdr64(hdrPolicyActive)
-	if off > uint64(len(v.ro))-16 {
-		return nil, 0, false
-	}
-	b := v.ro[off:]
-	n, nodes, edges := uint64(le.Uint32(b)), uint64(le.Uint32(b[4:])), uint64(le.Uint32(b[8:]))
-	size := 16 + 32*n + 8*nodes + 8*edges
-	if n == 0 || nodes == 0 || size > policyBlockMax || size > uint64(len(b)) {
-		return nil, 0, false
-	}
-	nb := b[16+32*n:]
-	eb := nb[8*nodes:]
-	best, node := 0, uint64(0)
-	for i := 0; i < len(tag); i++ {
-		nd := nb[8*node:]
-		first, cnt := uint64(le.Uint32(nd)), uint64(le.Uint16(nd[4:]))
-		if cnt == 0 || first+cnt > edges {
-			break
-		}
-		lo, hi := first, first+cnt
-		for lo < hi {
-			m := (lo + hi) / 2
-			if eb[8*m] < tag[i] {
-				lo = m + 1
-			} else {
-				hi = m
-			}
-		}
-		if lo == first+cnt || eb[8*lo] != tag[i] {
-			break
-		}
-		if node = uint64(le.Uint32(eb[8*lo+4:])); node >= nodes {
-			return nil, 0, false
-		}
-		if p := int(le.Uint16(nb[8*node+6:])); p != 0 {
-			best = p
-		}
-	}
-	if uint64(best) >= n {
-		return nil, 0, false
-	}
-	return b[16+32*best : 16+32*best+32], best, true
+// only answers c with no details.
+func only(out *Decision, c Code) Code {
+	out.set(c, 0, 0, 0, 0, 0, 0)
+	return c
 }
 
-// PolicyOf returns the policy that made decision d, as the block in
-// force states it (name, action, burst, rate, dry run; no prefix), for
-// the headers of its answer; ok is false once the policies changed since
-// (a reload may have given the index to another policy).
-func (v *View) PolicyOf(d Decision) (p Policy, ok bool) {
-	if d.seq != v.hdr32(hdrPolicySeq) {
-		return Policy{}, false
-	}
-	return v.Policy(d.Policy)
+// set writes d field by field: a Decision built whole and then copied
+// goes through the stack, where the copy's wide loads wait for the
+// narrow stores that built it.
+func (d *Decision) set(c Code, pi int, limit, seq uint32, remaining, retryAfter, reset int64) {
+	d.Code, d.Policy, d.Limit, d.seq = c, pi, limit, seq
+	d.Remaining, d.RetryAfter, d.Reset = remaining, retryAfter, reset
 }
 
-// Policy returns policy pi of the block in force as far as the block
-// tells it (name, action, burst, rate, dry run; no prefix). ok is false
-// while the daemon rewrites the policies, for an index the block does not
-// hold, and for a block that does not hold together. A block without
-// names, or whose names run past it, gives the default's name, "default",
-// and the index for the others.
-func (v *View) Policy(pi int) (p Policy, ok bool) {
-	le := binary.LittleEndian
-	seq := v.hdr32(hdrPolicySeq)
-	off := v.hdr64(hdrPolicyActive)
-	if seq&1 != 0 || pi < 0 || off > uint64(len(v.ro))-16 {
-		return Policy{}, false
-	}
-	b := v.ro[off:]
-	n, nodes, edges := uint64(le.Uint32(b)), uint64(le.Uint32(b[4:])), uint64(le.Uint32(b[8:]))
-	names := uint64(le.Uint32(b[12:]))
-	size := 16 + 32*n + 8*nodes + 8*edges
-	if uint64(pi) >= n || size > policyBlockMax || size > uint64(len(b)) {
-		return Policy{}, false
-	}
-	if size+names > uint64(len(b)) {
-		names = 0
-	}
-	pol := b[16+32*pi:]
-	p = Policy{Action: Action(pol[0]), DryRun: pol[1] != 0, Burst: int(le.Uint32(pol[4:])),
-		Rate: math.Float64frombits(le.Uint64(pol[24:]))}
-	nb := b[size : size+names]
-	for i := 0; len(nb) >= 2; i++ {
-		k := int(le.Uint16(nb))
-		if k > len(nb)-2 {
-			break
-		}
-		if i == pi {
-			p.Name = string(nb[2 : 2+k])
-			break
-		}
-		nb = nb[2+k:]
-	}
-	if p.Name == "" {
-		p.Name = "default"
-		if pi > 0 {
-			p.Name = strconv.Itoa(pi)
-		}
-	}
-	if v.hdr32(hdrPolicySeq) != seq {
-		return Policy{}, false
-	}
-	return p, true
-}
-
-// find returns the record of tag in shard si, or nil.
-func (v *View) find(si int, h uint64, tag []byte) []byte {
+// find returns the record of tag in shard si, or nil, with its tat as
+// read before the record was seen to hold the tag (a record freed and
+// given to another tag in between shows that tag).
+func (v *View) find(si int, h uint64, tag []byte) (rec []byte, tat int64) {
 	w := v.hdr64(headerSize + si*shardEntrySize)
 	off, n := (w>>32)*8, w&0xFFFFFFFF
 	if n == 0 || off > uint64(len(v.ro)) || n > (uint64(len(v.ro))-off)/8 {
-		return nil
+		return nil, 0
 	}
 	slots := words(v.ro[off : off+n*8])
 	frag := uint32(h)
@@ -314,13 +230,15 @@ func (v *View) find(si int, h uint64, tag []byte) []byte {
 	for range n {
 		e := atomic.LoadUint64(&slots[i])
 		if e == 0 {
-			return nil
+			return nil, 0
 		}
 		if uint32(e>>32) == frag {
 			ref := uint64(uint32(e)) * 8
 			if ref+recKey < uint64(len(v.records)) { // recordIs bounds the key
-				if rec := v.records[ref:]; recordIs(rec, tag) {
-					return rec
+				rec := v.records[ref:]
+				tat := atomic.LoadInt64((*int64)(unsafe.Pointer(&rec[0])))
+				if recordIs(rec, tag) {
+					return rec, tat
 				}
 			}
 		}
@@ -328,7 +246,7 @@ func (v *View) find(si int, h uint64, tag []byte) []byte {
 			i = 0
 		}
 	}
-	return nil
+	return nil, 0
 }
 
 // recordIs reports whether rec holds key, reading its length bounded.

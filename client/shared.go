@@ -139,17 +139,18 @@ func (c *Client) decideShared(tag string) (d Decision, ok bool) {
 	if key[len(key)-1] == '\r' { // as the daemon reads it
 		key = key[:len(key)-1]
 	}
-	bd := m.Decide(time.Now().UnixNano(), unsafe.Slice(unsafe.StringData(key), len(key)))
-	switch bd.Code {
-	case bucket.OK, bucket.No:
+	switch m.DecideInto(time.Now().UnixNano(), unsafe.Slice(unsafe.StringData(key), len(key)), &d.bd) {
+	case bucket.OK:
+		d.OK = true
+	case bucket.No:
 	case bucket.Left:
 		c.sharing.cur.CompareAndSwap(m, nil)
-		return d, false
+		return Decision{}, false
 	default:
-		return d, false
+		return Decision{}, false
 	}
-	d = Decision{OK: bd.Code == bucket.OK, Path: InProcess, bd: bd, m: m}
-	if bd.Reset > 0 { // a limit policy: allow and deny keep no bucket
+	d.Path, d.m = InProcess, m
+	if bd := &d.bd; bd.Reset > 0 { // a limit policy: allow and deny keep no bucket
 		d.Limit, d.Remaining = int(bd.Limit), int(bd.Remaining)
 		d.RetryAfter, d.Reset = time.Duration(bd.RetryAfter), time.Duration(bd.Reset)
 	}

@@ -85,6 +85,12 @@ type Mapping struct {
 // mapping; see bucket.View.Decide. It is safe for concurrent use.
 func (m *Mapping) Decide(now int64, tag []byte) bucket.Decision { return m.view.Decide(now, tag) }
 
+// DecideInto is Decide writing the answer to *out; see
+// bucket.View.DecideInto.
+func (m *Mapping) DecideInto(now int64, tag []byte, out *bucket.Decision) bucket.Code {
+	return m.view.DecideInto(now, tag, out)
+}
+
 // Attach connects to the daemon's Unix socket at path, asks for its
 // table, maps it and closes the connection, all within timeout. A daemon
 // that does not share its table gives a nil Mapping and no error. When
@@ -127,13 +133,16 @@ func (t *Table) Stats() Stats {
 func (t *Table) Allow(tag []byte) bool { return t.Decide(tag).OK }
 
 // Decide answers a query for tag.
-func (t *Table) Decide(tag []byte) Result {
+func (t *Table) Decide(tag []byte) (r Result) {
 	if m := t.view.Load(); m != nil {
-		d := m.view.Decide(time.Now().UnixNano(), tag)
-		switch d.Code {
-		case bucket.OK, bucket.No:
+		switch m.view.DecideInto(time.Now().UnixNano(), tag, &r.Decision) {
+		case bucket.OK:
+			r.OK = true
+			fallthrough
+		case bucket.No:
 			t.local.Add(1)
-			return Result{OK: d.Code == bucket.OK, Path: Local, Decision: d}
+			r.Path = Local
+			return r
 		case bucket.Left:
 			t.leave(m)
 		}
