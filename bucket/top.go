@@ -3,6 +3,7 @@ package bucket
 import (
 	"math/bits"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/dthrottle/dthrottle/topk"
 )
@@ -114,12 +115,23 @@ func (s *shard) dropRefused(ref uint32) {
 // it before the policies' indexes change.
 func (s *shard) collectRefused() {
 	s.flushRefused()
-	for _, ref := range s.refusedRefs {
+	// The listed records lie anywhere in the area, in the order they
+	// were refused: each is asked for harvestAhead records before it is
+	// taken, so that their cache misses overlap instead of following one
+	// another.
+	refs := s.refusedRefs
+	for _, ref := range refs[:min(harvestAhead, len(refs))] {
+		s.prefetchRef(ref)
+	}
+	for i, ref := range refs {
+		if i+harvestAhead < len(refs) {
+			s.prefetchRef(refs[i+harvestAhead])
+		}
 		if r := s.arena.rec(ref); r.refusedCount() != 0 {
 			s.refusedFrom(r, r.takeRefused())
 		}
 	}
-	s.refusedRefs = s.refusedRefs[:0]
+	s.refusedRefs = refs[:0]
 	if !s.spilled {
 		return
 	}
@@ -138,6 +150,19 @@ func (s *shard) collectRefused() {
 				}
 			}
 		}
+	}
+}
+
+// harvestAhead is how many listed records ahead the harvest asks for.
+const harvestAhead = 32
+
+// prefetchRef starts loading record ref: its first line for writing (the
+// harvest takes its count), and the line after it where a record of a
+// key of up to 20 bytes, 40 bytes long, crosses into it.
+func (s *shard) prefetchRef(ref uint32) {
+	if off := uint64(ref) << 3; off+40 < uint64(len(s.arena.reg.records)) {
+		prefetchw(unsafe.Pointer(&s.arena.reg.records[off]))
+		prefetch(unsafe.Pointer(&s.arena.reg.records[off+40]))
 	}
 }
 

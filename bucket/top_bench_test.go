@@ -56,9 +56,9 @@ func BenchmarkTakeRefusals(b *testing.B) {
 }
 
 // BenchmarkRefusalFlood is a refusal flood spread over a million tracked
-// tags, each refused once a pass, with a harvest (TakeRefusals) after
-// each pass, as the daemon harvests once an interval: one op is one
-// refusal, its share of the harvest included.
+// tags in a random order, each refused once a pass, with a harvest
+// (TakeRefusals) after each pass, as the daemon harvests once an
+// interval: one op is one refusal, its share of the harvest included.
 func BenchmarkRefusalFlood(b *testing.B) {
 	const n = 1000000
 	tb := newTestTable(b, Policy{Rate: 1, Burst: 1}, 2*n)
@@ -67,6 +67,7 @@ func BenchmarkRefusalFlood(b *testing.B) {
 	for _, tag := range tags {
 		tb.Allow(now, tag)
 	}
+	rand.New(rand.NewPCG(1, 2)).Shuffle(n, func(i, j int) { tags[i], tags[j] = tags[j], tags[i] })
 	var dst []Refusals
 	b.ReportAllocs()
 	ok, i := 0, 0
