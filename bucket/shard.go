@@ -45,8 +45,6 @@ type shardFields struct {
 	refusals    []refusalSketch // per policy refusing since the last harvest (top.go)
 	nRefusals   int             // refusals[:nRefusals] are in use
 	untracked   uint64          // refusals past refusalPolicies policies, or of records gone
-	pendRef     uint32          // the record refused last (refusedRec), and its
-	pendN       uint32          // refusals not yet added to it
 	refusedRefs []uint32        // records whose refusals this shard raised from 0 since the harvest
 	spilled     bool            // some were marked in the dirty bitmap instead: refusedRefs was full
 }
@@ -250,10 +248,6 @@ func (s *shard) insert(now int64, h uint64, pos int, key []byte, policy int) uin
 // killed already.
 func (s *shard) removeAt(pos int) {
 	ref := uint32(s.index.slots[pos])
-	if ref == s.pendRef {
-		s.untracked += uint64(s.pendN)
-		s.pendRef, s.pendN = 0, 0
-	}
 	s.index.delete(pos)
 	s.arena.release(ref)
 	delete(s.charged, ref)

@@ -9,11 +9,12 @@ import (
 )
 
 // This file owns the refusals' side of "who is throttled": a refusal
-// counts in its record, as a refusal made in process does (an atomic add
-// on the record the decision has just read), and the shard lists the
-// records whose count it raised from 0; the harvest (TakeRefusals) moves
-// each listed record's count into small heavy-hitter sketches per policy
-// (package topk), once per interval. Refusals made in process mark their
+// counts in its record, as a refusal made in process does (an add on the
+// record the decision has just read), and the shard lists the records
+// whose count it raised from 0; the harvest (TakeRefusals) moves each
+// listed record's count into small heavy-hitter sketches per policy
+// (package topk), once per interval, asking for the records ahead of
+// taking them. Refusals made in process mark their
 // records in the dirty bitmap instead, and a drain for the peers (Drain)
 // moves them. The served side needs no counting here: served hits are
 // drained for the peers anyway (Drain), and PolicyName attributes them.
@@ -33,7 +34,9 @@ import (
 //
 // Error: a key falls in one shard only, so each shard's sketch sees all
 // of its key's refusals under that policy, each record's once per
-// harvest with its exact count, and Space-Saving's bound holds per shard:
+// harvest with its count (exact, but for a refusal made in process lost
+// beside one of the daemon's: refusedRec), and Space-Saving's bound holds
+// per shard:
 // a key's count is over its true count by at most its shard's refusals of
 // the policy in the interval over refusalK, about the policy's refusals
 // over Shards()×refusalK, and each item says by how much (its Err).
@@ -67,41 +70,30 @@ type Refusals struct {
 	topk.Summary
 }
 
-// refusedRec counts a refusal of the record at ref, in the record:
-// the harvest hands it to its policy's sketch. Refusals of the record the
-// shard refused last wait in the shard (pendRef, pendN) until another
-// record is refused, so that a flood from one tag costs an increment, not
-// an atomic add each. The caller holds the shard's lock; processes
-// deciding in process add to the same count.
+// refusedRec counts a refusal of the record at ref, in the record: the
+// harvest hands it to its policy's sketch. The caller holds the shard's
+// lock and has just read the record, so the count is a plain load and
+// store on a line in the cache, not a locked add (Go's atomic store is
+// locked too): a refusal a process deciding in process counts in the
+// same record between the two can be lost, which a heavy-hitter count
+// can afford.
 func (s *shard) refusedRec(ref uint32) {
-	if ref == s.pendRef {
-		s.pendN++
+	p := s.arena.rec(ref).u32(recRefused)
+	c := *p
+	*p = c + 1
+	if c != 0 {
 		return
 	}
-	s.flushRefused()
-	s.pendRef, s.pendN = ref, 1
-}
-
-// flushRefused adds the refusals waiting in the shard to their record,
-// and lists the record if that raised its count from 0.
-func (s *shard) flushRefused() {
-	if s.pendN == 0 {
-		return
+	if len(s.refusedRefs) < max(s.capacity, 1024) {
+		s.refusedRefs = append(s.refusedRefs, ref)
+	} else {
+		s.arena.reg.markDirty(ref)
+		s.spilled = true
 	}
-	if atomic.AddUint32(s.arena.rec(s.pendRef).u32(recRefused), s.pendN) == s.pendN {
-		if len(s.refusedRefs) < max(s.capacity, 1024) {
-			s.refusedRefs = append(s.refusedRefs, s.pendRef)
-		} else {
-			s.arena.reg.markDirty(s.pendRef)
-			s.spilled = true
-		}
-	}
-	s.pendRef, s.pendN = 0, 0
 }
 
 // dropRefused counts the refusals of record ref, about to be killed, as
-// untracked: there will be no key to name them. removeAt does the same
-// for those waiting in the shard.
+// untracked: there will be no key to name them.
 func (s *shard) dropRefused(ref uint32) {
 	s.untracked += uint64(s.arena.rec(ref).refusedCount())
 }
@@ -114,7 +106,6 @@ func (s *shard) dropRefused(ref uint32) {
 // refusals it then counts. The caller holds the shard's lock, and calls
 // it before the policies' indexes change.
 func (s *shard) collectRefused() {
-	s.flushRefused()
 	// The listed records lie anywhere in the area, in the order they
 	// were refused: each is asked for harvestAhead records before it is
 	// taken, so that their cache misses overlap instead of following one
