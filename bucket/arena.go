@@ -18,7 +18,8 @@ import (
 //
 //	[0:8]   tat, int64 nanoseconds (atomic; compare-and-swap only)
 //	[8:12]  unreported, uint32 (atomic)
-//	[12:16] refused in process, uint32 (atomic)
+//	[12:16] refused, uint32 (callers add atomically; the daemon adds
+//	        under the shard's lock, plainly: refusedRec)
 //	[16:18] policy index, uint16; freePolicy marks a free record
 //	[18:]   key length as a uvarint, then the key bytes
 const (
