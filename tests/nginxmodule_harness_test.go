@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -263,6 +264,62 @@ func ngxStatuses(t *testing.T, s *ngxModuleServer, tag string, n int) (string, s
 		how = append(how, res.Header.Get("X-DThrottle"))
 	}
 	return strings.Join(codes, " "), strings.Join(how, " ")
+}
+
+// ngxBadTags are tags the line protocol cannot carry, sent as the query's
+// tag argument (an HTTP header cannot hold CR or LF).
+var ngxBadTags = []string{
+	"a\nb",                    // a newline
+	"a\r",                     // a trailing CR
+	"c\rd",                    // a CR inside
+	strings.Repeat("x", 1025), // over 1024 bytes
+	strings.Repeat("x", 2000),
+}
+
+// checkNgxBadTags sends the empty tag and each of ngxBadTags twice. The
+// empty tag must be served (EMPTY); the bad ones must get status (200 with
+// dthrottle_bad_tag allow, else the refusal's, with Retry-After: 1 and no
+// bucket), decided BAD, and each must count in the worker's bad. None
+// may reach d, and nginx's error log must say what was done with them.
+func checkNgxBadTags(t *testing.T, s *ngxModuleServer, d *daemon, status int) {
+	t.Helper()
+	socket0, decided0 := sharedCounts(t, d)
+	bad0 := s.statsField(t, "bad")
+	for _, tag := range append([]string{""}, ngxBadTags...) {
+		want, how := status, "BAD"
+		if tag == "" {
+			want, how = http.StatusOK, "EMPTY"
+		}
+		for range 2 {
+			res := sharedGet(t, s.url+"?tag="+url.QueryEscape(tag), "", s.log)
+			if res.StatusCode != want || res.Header.Get("X-DThrottle") != how {
+				t.Fatalf("tag %q: %s, decided %q; want %d, %s\n%s", tag, res.Status, res.Header.Get("X-DThrottle"), want, how, s.output())
+			}
+			retry := ""
+			if want != http.StatusOK {
+				retry = "1"
+			}
+			if got := res.Header.Get("Retry-After"); got != retry {
+				t.Errorf("tag %q: %s with Retry-After %q, want %q", tag, res.Status, got, retry)
+			}
+			if got := res.Header.Get("RateLimit-Policy"); got != "" {
+				t.Errorf("tag %q: %s with RateLimit-Policy %q: no bucket to state", tag, res.Status, got)
+			}
+		}
+	}
+	if socket, decided := sharedCounts(t, d); socket != socket0 || decided != decided0 {
+		t.Errorf("bad and empty tags reached the daemon: asked %v, decided %v", socket-socket0, decided-decided0)
+	}
+	if got, want := s.statsField(t, "bad")-bad0, 2*len(ngxBadTags); got != want {
+		t.Errorf("bad tags counted %d, want %d", got, want)
+	}
+	done := "refused"
+	if status == http.StatusOK {
+		done = "served"
+	}
+	if log, want := s.output(), "a tag with CR or LF, or over 1024 bytes, cannot be asked over the line protocol: "+done; !strings.Contains(log, want) {
+		t.Errorf("nginx's error log does not say %q:\n%s", want, log)
+	}
 }
 
 // stopDaemon stops d with SIGSTOP, and returns once every thread of it

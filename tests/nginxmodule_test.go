@@ -109,45 +109,9 @@ dry_run = true
 `)
 	s := startNginxModule(t, d.sock)
 
-	// Bad tags (refused, never sent) and the empty one (served, not
-	// counted): none reaches the daemon.
-	socket0, decided0 := sharedCounts(t, d)
-	for _, tc := range []struct {
-		tag  string
-		want int
-		how  string
-	}{
-		{"", http.StatusOK, "EMPTY"},
-		{"a\nb", http.StatusTooManyRequests, "BAD"},                    // a newline
-		{"a\r", http.StatusTooManyRequests, "BAD"},                     // a trailing CR
-		{"c\rd", http.StatusTooManyRequests, "BAD"},                    // a CR inside
-		{strings.Repeat("x", 1025), http.StatusTooManyRequests, "BAD"}, // over 1024 bytes
-		{strings.Repeat("x", 2000), http.StatusTooManyRequests, "BAD"},
-	} {
-		for range 2 {
-			res := sharedGet(t, s.url+"?tag="+url.QueryEscape(tc.tag), "", s.log)
-			if res.StatusCode != tc.want || res.Header.Get("X-DThrottle") != tc.how {
-				t.Fatalf("tag %q: %s, decided %q; want %d, %s\n%s", tc.tag, res.Status, res.Header.Get("X-DThrottle"), tc.want, tc.how, s.output())
-			}
-			if tc.want == http.StatusTooManyRequests {
-				if got := res.Header.Get("Retry-After"); got != "1" {
-					t.Errorf("tag %q refused with Retry-After %q, want 1", tc.tag, got)
-				}
-				if got := res.Header.Get("RateLimit-Policy"); got != "" {
-					t.Errorf("tag %q refused with RateLimit-Policy %q: no bucket to state", tc.tag, got)
-				}
-			}
-		}
-	}
-	if socket, decided := sharedCounts(t, d); socket != socket0 || decided != decided0 {
-		t.Errorf("bad and empty tags reached the daemon: asked %v, decided %v", socket-socket0, decided-decided0)
-	}
-	if got := s.statsField(t, "bad"); got != 10 {
-		t.Errorf("bad %d, want 10", got)
-	}
-	if log := s.output(); !strings.Contains(log, "a tag with CR or LF") {
-		t.Errorf("nginx's error log does not mention the bad tags:\n%s", log)
-	}
+	// Bad tags, refused by default though the module fails open, and the
+	// empty tag, served: none reaches the daemon.
+	checkNgxBadTags(t, s, d, http.StatusTooManyRequests)
 
 	// Longer than the daemon keeps verbatim (256 bytes), 1024 at most:
 	// the table keys it by a digest, so every query is asked.
@@ -194,6 +158,21 @@ dry_run = true
 	// A dry run serves what its limit refuses, and says so.
 	if codes, how := ngxStatuses(t, s, "try:k", 3); codes != "200 200 200" || how != "ASKED_OK DRY_RUN DRY_RUN" {
 		t.Errorf("a dry run's tag three times: %s, decided %s; want 200s, ASKED_OK DRY_RUN DRY_RUN", codes, how)
+	}
+}
+
+// TestNginxModuleBadTagAllow: with dthrottle_bad_tag allow, the bad tags
+// TestNginxModuleTags sees refused are served, as the Lua path's
+// bad_tag = "allow" serves them: still counted bad, logged, and never
+// sent. Other tags are throttled as before.
+func TestNginxModuleBadTagAllow(t *testing.T) {
+	requireNginxModule(t)
+	d := startDaemon(t, fmt.Sprintf(sharedDaemonConfig, ""))
+	s := startNginxModule(t, d.sock, "# dthrottle_bad_tag allow;", "dthrottle_bad_tag allow;")
+
+	checkNgxBadTags(t, s, d, http.StatusOK)
+	if codes, how := ngxStatuses(t, s, "good", 4); codes != "200 200 200 429" || how != "ASKED_OK OK OK NO" {
+		t.Errorf("a good tag four times: %s, decided %s; want 200 200 200 429, decided ASKED_OK OK OK NO", codes, how)
 	}
 }
 
@@ -467,6 +446,7 @@ http {
     dthrottle_socket @dthrottle-test;
     dthrottle $remote_addr;
     dthrottle_fail closed;
+    dthrottle_bad_tag allow;
     dthrottle_status 503;
     dthrottle_timeout 20ms;
     server {
@@ -479,7 +459,7 @@ http {
 		t.Errorf("nginx -t with the module loaded: %v\n%s", err, out)
 	}
 	// A bad value is refused when the configuration is read.
-	for _, bad := range []string{"dthrottle_status 200;", "dthrottle_fail sometimes;", "dthrottle_socket relative.sock;", "dthrottle_timeout 0;"} {
+	for _, bad := range []string{"dthrottle_status 200;", "dthrottle_fail sometimes;", "dthrottle_bad_tag sometimes;", "dthrottle_socket relative.sock;", "dthrottle_timeout 0;"} {
 		c := filepath.Join(dest, "bad.conf")
 		must(t, os.WriteFile(c, []byte(fmt.Sprintf("load_module %s;\nevents {}\nhttp { %s server { listen 127.0.0.1:1; } }\n", so, bad)), 0o644))
 		out, err := exec.Command(nginx, "-t", "-q", "-c", c, "-g", "error_log /dev/stderr; pid "+filepath.Join(dest, "pid")+";").CombinedOutput()

@@ -117,12 +117,18 @@ ngx_http_dthrottle_handler(ngx_http_request_t *r)
             w->bad_logged = 1;
             ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                           "dthrottle: a tag with CR or LF, or over %d bytes, "
-                          "cannot be asked over the line protocol: refused "
+                          "cannot be asked over the line protocol: %s "
                           "(logged once per worker)",
-                          NGX_HTTP_DTHROTTLE_MAX_TAG);
+                          NGX_HTTP_DTHROTTLE_MAX_TAG,
+                          dlcf->allow_bad ? "served" : "refused");
         }
 
         ctx->verdict = NGX_HTTP_DTHROTTLE_BAD;
+
+        if (dlcf->allow_bad) {
+            return NGX_DECLINED;
+        }
+
         return ngx_http_dthrottle_refuse(r, dlcf, NULL);
     }
 
@@ -372,7 +378,7 @@ ngx_http_dthrottle_fail(ngx_http_request_t *r,
  * endpoint does: the name as a structured-field string, q the burst, w
  * the time to fill (burst / rate), t the time until full, each rounded up
  * to a second. A deny policy has no bucket, and gets no header. Without a
- * bucket (asked, failed closed, a bad tag): Retry-After: 1.
+ * bucket (asked, failed closed, a bad tag denied): Retry-After: 1.
  */
 
 static ngx_int_t

@@ -31,9 +31,10 @@
  *
  * An empty tag is served uncounted, as the daemon serves an empty line. A
  * tag holding CR or LF, or over 1024 bytes, cannot be asked over the line
- * protocol: refused with Retry-After: 1, logged once per worker. Only the
- * main request decides, once: subrequests, and the request again after an
- * internal redirect (an index, try_files, error_page), do not.
+ * protocol: refused with Retry-After: 1 (dthrottle_bad_tag allow serves
+ * it), counted bad, logged once per worker. Only the main request
+ * decides, once: subrequests, and the request again after an internal
+ * redirect (an index, try_files, error_page), do not.
  *
  * Trust: whoever may connect to the daemon's socket may decide. Each
  * worker maps the daemon's state file writable, as every attached process
@@ -41,7 +42,7 @@
  *
  * Directives: the command table below; docs/integrations/nginx-module.md.
  * Counters, per worker: the dthrottle_stats handler; what decided a
- * request: $dthrottle_status.
+ * request: $dthrottle_status (both in ngx_http_dthrottle_stats.c).
  */
 
 
@@ -55,17 +56,12 @@
 #define NGX_HTTP_DTHROTTLE_SOCKET     "/run/dthrottle/dthrottle.sock"
 
 
-static ngx_int_t ngx_http_dthrottle_status_variable(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data);
-static ngx_int_t ngx_http_dthrottle_stats_handler(ngx_http_request_t *r);
 static char *ngx_http_dthrottle(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_dthrottle_socket(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_dthrottle_set_socket(ngx_conf_t *cf,
     ngx_http_dthrottle_main_conf_t *dmcf, ngx_str_t *value);
-static char *ngx_http_dthrottle_stats(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
 static void *ngx_http_dthrottle_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_dthrottle_init_main_conf(ngx_conf_t *cf, void *conf);
 static void *ngx_http_dthrottle_create_loc_conf(ngx_conf_t *cf);
@@ -80,6 +76,13 @@ static void ngx_http_dthrottle_exit_process(ngx_cycle_t *cycle);
 static ngx_conf_enum_t  ngx_http_dthrottle_fail_modes[] = {
     { ngx_string("open"), 0 },
     { ngx_string("closed"), 1 },
+    { ngx_null_string, 0 }
+};
+
+
+static ngx_conf_enum_t  ngx_http_dthrottle_bad_tags[] = {
+    { ngx_string("deny"), 0 },
+    { ngx_string("allow"), 1 },
     { ngx_null_string, 0 }
 };
 
@@ -117,6 +120,15 @@ static ngx_command_t  ngx_http_dthrottle_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_dthrottle_loc_conf_t, fail_closed),
       &ngx_http_dthrottle_fail_modes },
+
+    /* dthrottle_bad_tag deny | allow: refuse (default) or serve a tag the
+     * line protocol cannot carry (CR or LF, over 1024 bytes). */
+    { ngx_string("dthrottle_bad_tag"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_dthrottle_loc_conf_t, allow_bad),
+      &ngx_http_dthrottle_bad_tags },
 
     /* dthrottle_status <code>: a refusal's status, 400 to 599; 429. */
     { ngx_string("dthrottle_status"),
@@ -176,106 +188,6 @@ ngx_module_t  ngx_http_dthrottle_module = {
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
-
-
-/* the values of $dthrottle_status, by ngx_http_dthrottle_verdict_e */
-static ngx_str_t  ngx_http_dthrottle_verdicts[] = {
-    ngx_null_string,
-    ngx_string("OK"),
-    ngx_string("NO"),
-    ngx_string("DRY_RUN"),
-    ngx_string("ASKED_OK"),
-    ngx_string("ASKED_NO"),
-    ngx_string("FAILED_OPEN"),
-    ngx_string("FAILED_CLOSED"),
-    ngx_string("BAD"),
-    ngx_string("EMPTY")
-};
-
-
-static ngx_int_t
-ngx_http_dthrottle_status_variable(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data)
-{
-    ngx_http_dthrottle_ctx_t  *ctx;
-
-    ctx = ngx_http_dthrottle_get_ctx(r);
-
-    if (ctx == NULL || ctx->verdict == NGX_HTTP_DTHROTTLE_NONE) {
-        v->not_found = 1;
-        return NGX_OK;
-    }
-
-    v->len = ngx_http_dthrottle_verdicts[ctx->verdict].len;
-    v->valid = 1;
-    v->no_cacheable = 0;
-    v->not_found = 0;
-    v->data = ngx_http_dthrottle_verdicts[ctx->verdict].data;
-
-    return NGX_OK;
-}
-
-
-/*
- * ngx_http_dthrottle_stats_handler() answers this worker's counters in one
- * line: ok and no, decided in process (dry runs served count ok); asked,
- * and of those asked_no refused; failed, answered by the fail mode; bad
- * tags; attaches; asking, the asks under way; shared, whether the worker
- * decides in process now.
- */
-
-static ngx_int_t
-ngx_http_dthrottle_stats_handler(ngx_http_request_t *r)
-{
-    size_t                        len;
-    ngx_int_t                     rc;
-    ngx_buf_t                    *b;
-    ngx_chain_t                   out;
-    ngx_http_dthrottle_worker_t  *w;
-
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        return NGX_HTTP_NOT_ALLOWED;
-    }
-
-    rc = ngx_http_discard_request_body(r);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    w = &ngx_http_dthrottle_worker;
-    len = sizeof("ok= no= asked= asked_no= failed= bad= attaches= asking= "
-                 "shared=false\n") + 8 * NGX_INT_T_LEN;
-
-    b = ngx_create_temp_buf(r->pool, len);
-    if (b == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    b->last = ngx_sprintf(b->last, "ok=%ui no=%ui asked=%ui asked_no=%ui "
-                          "failed=%ui bad=%ui attaches=%ui asking=%ui "
-                          "shared=%s\n",
-                          w->ok, w->no, w->asked, w->asked_no, w->failed,
-                          w->bad, w->attaches, w->asking,
-                          w->table != NULL && !w->left && dt_shared(w->table)
-                          ? "true" : "false");
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
-
-    r->headers_out.status = NGX_HTTP_OK;
-    r->headers_out.content_length_n = b->last - b->pos;
-    ngx_str_set(&r->headers_out.content_type, "text/plain");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-
-    rc = ngx_http_send_header(r);
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
-}
 
 
 static char *
@@ -394,18 +306,6 @@ ngx_http_dthrottle_set_socket(ngx_conf_t *cf,
 }
 
 
-static char *
-ngx_http_dthrottle_stats(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_http_core_loc_conf_t  *clcf;
-
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-    clcf->handler = ngx_http_dthrottle_stats_handler;
-
-    return NGX_CONF_OK;
-}
-
-
 static void *
 ngx_http_dthrottle_create_main_conf(ngx_conf_t *cf)
 {
@@ -449,6 +349,7 @@ ngx_http_dthrottle_create_loc_conf(ngx_conf_t *cf)
 
     conf->tag = NGX_CONF_UNSET_PTR;
     conf->fail_closed = NGX_CONF_UNSET_UINT;
+    conf->allow_bad = NGX_CONF_UNSET_UINT;
     conf->status = NGX_CONF_UNSET;
     conf->timeout = NGX_CONF_UNSET_MSEC;
 
@@ -464,6 +365,7 @@ ngx_http_dthrottle_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     ngx_conf_merge_ptr_value(conf->tag, prev->tag, NULL);
     ngx_conf_merge_uint_value(conf->fail_closed, prev->fail_closed, 0);
+    ngx_conf_merge_uint_value(conf->allow_bad, prev->allow_bad, 0);
     ngx_conf_merge_value(conf->status, prev->status,
                          NGX_HTTP_TOO_MANY_REQUESTS);
     ngx_conf_merge_msec_value(conf->timeout, prev->timeout, 50);

@@ -4,7 +4,9 @@
  *
  *   ngx_http_dthrottle_module.c  the module, its directives and
  *                                configuration, the workers' start and
- *                                exit, $dthrottle_status, dthrottle_stats
+ *                                exit
+ *   ngx_http_dthrottle_stats.c   $dthrottle_status, and dthrottle_stats:
+ *                                the worker's counters
  *   ngx_http_dthrottle_decide.c  the phase handler: the decision from the
  *                                table, the fail mode, refusals
  *   ngx_http_dthrottle_ask.c     talking to dthrottled: attaching to its
@@ -34,7 +36,8 @@ typedef enum {
     NGX_HTTP_DTHROTTLE_ASKED_NO,       /* the daemon, asked, refused */
     NGX_HTTP_DTHROTTLE_FAILED_OPEN,    /* the daemon did not answer */
     NGX_HTTP_DTHROTTLE_FAILED_CLOSED,
-    NGX_HTTP_DTHROTTLE_BAD,            /* a tag the protocol cannot carry */
+    NGX_HTTP_DTHROTTLE_BAD,            /* a tag the protocol cannot carry,
+                                          refused or served */
     NGX_HTTP_DTHROTTLE_EMPTY           /* an empty tag, served uncounted */
 } ngx_http_dthrottle_verdict_e;
 
@@ -58,6 +61,7 @@ typedef enum {
 typedef struct {
     ngx_http_complex_value_t   *tag;          /* NULL: off */
     ngx_uint_t                  fail_closed;
+    ngx_uint_t                  allow_bad;    /* dthrottle_bad_tag allow */
     ngx_int_t                   status;
     ngx_msec_t                  timeout;
 } ngx_http_dthrottle_loc_conf_t;
@@ -121,6 +125,11 @@ ngx_int_t ngx_http_dthrottle_ask(ngx_http_request_t *r,
     ngx_http_dthrottle_ctx_t *ctx, ngx_str_t *tag, ngx_msec_t timeout,
     const char **err);
 void ngx_http_dthrottle_cleanup(void *data);
+
+ngx_int_t ngx_http_dthrottle_status_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+char *ngx_http_dthrottle_stats(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 
 
 extern ngx_module_t                  ngx_http_dthrottle_module;
