@@ -71,11 +71,10 @@ go build -o "$tmp/dthrottle" ./cmd/dthrottle
 # directories (apxs leaves its objects beside the sources).
 mkdir -p "$tmp/mod/apache" "$tmp/mod/libdthrottle"
 cp contrib/apache/*.c contrib/apache/*.h contrib/apache/mod_dthrottle.map "$tmp/mod/apache/"
-cp contrib/libdthrottle/dthrottle_*.c contrib/libdthrottle/dthrottle_*.h "$tmp/mod/libdthrottle/"
+cp contrib/libdthrottle/libdthrottle.c contrib/libdthrottle/dthrottle_*.[ch] "$tmp/mod/libdthrottle/"
 (cd "$tmp/mod/apache" && apxs -c -Wc,-Wall -Wc,-Werror -Wc,-O2 -Wl,-Wl,--version-script=mod_dthrottle.map \
 	mod_dthrottle.c dthrottle_client.c dthrottle_target.c dthrottle_status.c dthrottle_shared.c \
-	../libdthrottle/dthrottle_table.c ../libdthrottle/dthrottle_view.c ../libdthrottle/dthrottle_hash.c \
-	../libdthrottle/dthrottle_socket.c ../libdthrottle/dthrottle_attach.c >build.log 2>&1) ||
+	../libdthrottle/libdthrottle.c >build.log 2>&1) ||
 	{ cat "$tmp/mod/apache/build.log" >&2; exit 1; }
 
 cat >"$tmp/floor.c" <<'C'

@@ -442,7 +442,7 @@ func buildHammer(t *testing.T, dir string) string {
 	src := filepath.Join("..", "contrib", "libdthrottle")
 	bin := filepath.Join(dir, "dt_hammer")
 	args := []string{"-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", bin, "dt_hammer.c",
-		"dthrottle_table.c", "dthrottle_view.c", "dthrottle_hash.c", "dthrottle_socket.c", "dthrottle_attach.c", "-lpthread"}
+		"libdthrottle.c", "-lpthread"}
 	cmd := exec.Command(cc, args...)
 	cmd.Dir = src
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -21,17 +21,10 @@ import (
 	"time"
 )
 
-// modSources are the files of mod_dthrottle, built with apxs in
-// contrib/apache: its own and libdthrottle's, compiled in.
+// modSources are the files apxs compiles into mod_dthrottle, in
+// contrib/apache: its own, and libdthrottle as one file.
 var modSources = []string{"mod_dthrottle.c", "dthrottle_client.c", "dthrottle_target.c",
-	"dthrottle_status.c", "dthrottle_shared.c", "../libdthrottle/dthrottle_table.c",
-	"../libdthrottle/dthrottle_view.c", "../libdthrottle/dthrottle_hash.c",
-	"../libdthrottle/dthrottle_socket.c", "../libdthrottle/dthrottle_attach.c"}
-
-// modHeaders are the headers those include, and the linker's version
-// script that keeps every symbol but the module record inside.
-var modHeaders = []string{"dthrottle_client.h", "dthrottle_status.h", "dthrottle_shared.h",
-	"../libdthrottle/dthrottle_table.h", "../libdthrottle/dthrottle_internal.h", "mod_dthrottle.map"}
+	"dthrottle_status.c", "dthrottle_shared.c", "../libdthrottle/libdthrottle.c"}
 
 var (
 	modOnce sync.Once
@@ -49,20 +42,13 @@ func buildModDthrottle(t *testing.T) string {
 	apxs := requireTool(t, "apxs")
 	modOnce.Do(func() {
 		dir := filepath.Join(filepath.Dir(binary), "mod_dthrottle", "apache")
-		for _, d := range []string{dir, filepath.Join(dir, "../libdthrottle")} {
-			if modErr = os.MkdirAll(d, 0o755); modErr != nil {
-				return
-			}
+		// The module's sources, headers and version script (which keeps
+		// every symbol but the module record inside).
+		if modErr = copySources(filepath.Join("..", "contrib", "apache"), dir, ".c", ".h", ".map"); modErr != nil {
+			return
 		}
-		for _, f := range append(append([]string{}, modSources...), modHeaders...) {
-			b, err := os.ReadFile(filepath.Join("../contrib/apache", f))
-			if err != nil {
-				modErr = err
-				return
-			}
-			if modErr = os.WriteFile(filepath.Join(dir, f), b, 0o644); modErr != nil {
-				return
-			}
+		if modErr = copyLibdthrottleTo(filepath.Join(dir, "..", "libdthrottle")); modErr != nil {
+			return
 		}
 		cmd := exec.Command(apxs, append([]string{"-c", "-Wc,-Wall", "-Wc,-Werror", "-Wl,-Wl,--version-script=mod_dthrottle.map"}, modSources...)...)
 		cmd.Dir = dir

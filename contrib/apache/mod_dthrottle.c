@@ -25,11 +25,9 @@
  * internal redirects (mod_dir's index, an ErrorDocument) do not ask a
  * second time.
  *
- * Build and install (libdthrottle's sources are compiled in):
+ * Build and install (libdthrottle is compiled in, as one file):
  *   apxs -i -a -c mod_dthrottle.c dthrottle_client.c dthrottle_target.c \
- *       dthrottle_status.c dthrottle_shared.c ../libdthrottle/dthrottle_table.c \
- *       ../libdthrottle/dthrottle_view.c ../libdthrottle/dthrottle_hash.c \
- *       ../libdthrottle/dthrottle_socket.c ../libdthrottle/dthrottle_attach.c
+ *       dthrottle_status.c dthrottle_shared.c ../libdthrottle/libdthrottle.c
  * Directives: see the command table below and
  * docs/integrations/apache.md ("The module: mod_dthrottle").
  * Counters: SetHandler dthrottle-status, and mod_status's page.

@@ -7,6 +7,8 @@
  *   dthrottle_hash.c    the hash (dt_hash)
  *   dthrottle_socket.c  connecting, and a line out and a reply back
  *   dthrottle_attach.c  a table's life: open, map, ask, reattach, close
+ *
+ * libdthrottle.c includes them all, to be compiled as one file.
  */
 #ifndef DTHROTTLE_INTERNAL_H
 #define DTHROTTLE_INTERNAL_H
