@@ -3,6 +3,8 @@
  * installed.
  *
  *   dthrottle_table.c   the decision (dt_decide)
+ *   dthrottle_policy.c  the policy block: a tag's policy, its words, its
+ *                       name (dt_policy)
  *   dthrottle_view.c    the header's checks and the daemon's liveness
  *   dthrottle_hash.c    the hash (dt_hash)
  *   dthrottle_socket.c  connecting, and a line out and a reply back
@@ -151,6 +153,39 @@ DT_HIDDEN int dt_view_init(struct dt_view *v, const void *table, size_t table_le
 /* dt_view_live reports whether v's daemon is live at now: state live and
  * the heartbeat at most a second old. */
 DT_HIDDEN int dt_view_live(const struct dt_view *v, int64_t now);
+
+/* ---- The policy block (dthrottle_policy.c). ---- */
+
+/* dt_pblock is the policy block in force, its counts checked against the
+ * table file: policies, nodes and edges lie within it. */
+struct dt_pblock {
+    const unsigned char *policies, *nodes, *edges;
+    uint32_t np, nn, ne;
+    uint32_t names; /* bytes of names after the edges; not checked here */
+};
+
+/* dt_policy_words is one policy's fields. */
+struct dt_policy_words {
+    unsigned action, dry_run;
+    uint32_t burst;
+    int64_t per_token, allow_at;
+};
+
+/* dt_pblock_read finds the block policy_active names: 0, or -1 when it
+ * does not fit in the table file. */
+DT_HIDDEN int dt_pblock_read(const struct dt_view *v, struct dt_pblock *b);
+
+/* dt_policy_of is the policy of tag (n bytes) in b's trie: that of its
+ * longest prefix in it, 0 (the default) for none, or -1 when the trie
+ * names a node, edge or policy outside the block. */
+DT_HIDDEN int dt_policy_of(const struct dt_pblock *b, const unsigned char *tag, size_t n);
+
+/* dt_policy_read reads policy pi (< b->np) into p. */
+DT_HIDDEN void dt_policy_read(const struct dt_pblock *b, int pi, struct dt_policy_words *p);
+
+/* dt_seq_holds reports whether policy_seq is still seq: the policy words
+ * read since are a consistent set. */
+DT_HIDDEN int dt_seq_holds(const struct dt_view *v, uint32_t seq);
 
 /* ---- The hash (dthrottle_hash.c). ---- */
 

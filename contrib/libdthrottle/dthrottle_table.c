@@ -1,8 +1,8 @@
 /* dthrottle_table.c: the decision made in process. See dthrottle_table.h
  * and docs/shared-table.md, whose steps the comments below number; the
- * layout's constants are in dthrottle_internal.h, the header's checks in
- * dthrottle_view.c, the hash in dthrottle_hash.c, the socket and the
- * mappings in dthrottle_attach.c.
+ * layout's constants are in dthrottle_internal.h, the policy block in
+ * dthrottle_policy.c, the header's checks in dthrottle_view.c, the hash in
+ * dthrottle_hash.c, the socket and the mappings in dthrottle_attach.c.
  *
  * Neither file is trusted. The fields that never change for a table's
  * life are read once and checked by dt_view_init; everything else (the
@@ -20,142 +20,12 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <errno.h>
 #include <sched.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "dthrottle_internal.h"
 
 #define DT_CAS_TRIES 64 /* lost compare-and-swaps before asking */
-
-/* ---- Policies (docs/shared-table.md, "Policy block"). ---- */
-
-/* pblock is the policy block in force, its counts checked against the
- * table file: policies, nodes and edges lie within it. */
-struct pblock {
-    const unsigned char *policies, *nodes, *edges;
-    uint32_t np, nn, ne;
-    uint32_t names; /* bytes of names after the edges; not checked here */
-};
-
-/* policy is one policy's fields. */
-struct policy {
-    unsigned action, dry_run;
-    uint32_t burst;
-    int64_t per_token, allow_at;
-};
-
-/* read_pblock finds the block policy_active names; 0, or -1 when it does
- * not fit in the table file. */
-static int read_pblock(const struct dt_view *v, struct pblock *b)
-{
-    uint64_t off = ld64(v->table + H_POLICY_ACTIVE, __ATOMIC_RELAXED);
-    uint64_t size;
-    const unsigned char *p;
-
-    if ((off & 7) != 0 || !fits(off, 16, v->table_len)) {
-        return -1;
-    }
-    p = v->table + off;
-    b->np = ld32(p, __ATOMIC_RELAXED);
-    b->nn = ld32(p + 4, __ATOMIC_RELAXED);
-    b->ne = ld32(p + 8, __ATOMIC_RELAXED);
-    b->names = ld32(p + 12, __ATOMIC_RELAXED);
-    /* Each count is below 2^32: the sum cannot overflow 64 bits. */
-    size = (uint64_t)b->np * DT_POLICY_SIZE + (uint64_t)b->nn * 8 + (uint64_t)b->ne * 8;
-    if (b->np == 0 || b->nn == 0 || !fits(off + 16, size, v->table_len)) {
-        return -1;
-    }
-    b->policies = p + 16;
-    b->nodes = b->policies + (uint64_t)b->np * DT_POLICY_SIZE;
-    b->edges = b->nodes + (uint64_t)b->nn * 8;
-    return 0;
-}
-
-/* find_edge returns the child of the node whose edges are edges[first,
- * first+n) for byte c, or -1 when it has none: a binary search over edges
- * sorted by byte, the range checked by the caller. */
-static int64_t find_edge(const struct pblock *b, uint32_t first, uint32_t n,
-                         unsigned char c)
-{
-    uint32_t lo = first, hi = first + n;
-
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        uint64_t e = ld64(b->edges + (uint64_t)mid * 8, __ATOMIC_RELAXED);
-        unsigned char eb = (unsigned char)e;
-
-        if (eb == c) {
-            return (int64_t)(e >> 32);
-        }
-        if (eb < c) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return -1;
-}
-
-/* policy_of walks the trie from the root, one tag byte a step: the policy
- * of the tag's longest prefix in it, 0 (the default) for none, or -1 when
- * the trie names a node, edge or policy outside the block. At most n+1
- * nodes are visited. */
-static int policy_of(const struct pblock *b, const unsigned char *tag, size_t n)
-{
-    uint32_t node = 0;
-    int best = 0;
-
-    for (size_t i = 0;; i++) {
-        uint64_t w;
-        uint32_t first, cnt, pol;
-        int64_t next;
-
-        if (node >= b->nn) {
-            return -1;
-        }
-        w = ld64(b->nodes + (uint64_t)node * 8, __ATOMIC_RELAXED);
-        first = (uint32_t)w;
-        cnt = (uint32_t)(w >> 32) & 0xFFFF;
-        pol = (uint32_t)(w >> 48);
-        if (pol != 0) {
-            best = (int)pol;
-        }
-        if (i == n || cnt == 0) {
-            break;
-        }
-        if (!fits(first, cnt, b->ne)) {
-            return -1;
-        }
-        if ((next = find_edge(b, first, cnt, tag[i])) < 0) {
-            break;
-        }
-        node = (uint32_t)next;
-    }
-    return (uint32_t)best < b->np ? best : -1;
-}
-
-/* read_policy reads policy pi (< b->np). */
-static void read_policy(const struct pblock *b, int pi, struct policy *p)
-{
-    const unsigned char *q = b->policies + (uint64_t)pi * DT_POLICY_SIZE;
-    uint64_t w = ld64(q, __ATOMIC_RELAXED);
-
-    p->action = (unsigned)(w & 0xFF);
-    p->dry_run = (unsigned)(w >> 8) & 0xFF;
-    p->burst = (uint32_t)(w >> 32);
-    p->per_token = (int64_t)ld64(q + 8, __ATOMIC_RELAXED);
-    p->allow_at = (int64_t)ld64(q + 16, __ATOMIC_RELAXED);
-}
-
-/* seq_holds reports whether policy_seq is still seq: the policy words
- * read since are a consistent set. */
-static int seq_holds(const struct dt_view *v, uint32_t seq)
-{
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    return ld32(v->table + H_POLICY_SEQ, __ATOMIC_RELAXED) == seq;
-}
 
 /* ---- The state file: records, dirty bits, counters. ---- */
 
@@ -296,7 +166,7 @@ static uint32_t find(const struct dt_view *v, uint32_t s, uint32_t f,
  * (allow_at + per_token - (tat' - now)) / per_token, the whole tokens
  * left (the numerator is allow_at - (tat - now) >= 0, so dividing rounds
  * down), at least 0; when refused, 0 and the time until a token. */
-static void headers(dt_result *res, const struct policy *p, int64_t ahead, int refused)
+static void headers(dt_result *res, const struct dt_policy_words *p, int64_t ahead, int refused)
 {
     int64_t q = (p->allow_at - ahead + p->per_token) / p->per_token; /* no overflow: ahead >= per_token */
 
@@ -318,7 +188,7 @@ static uint32_t stripe_here(uint64_t h)
 }
 
 /* fixed answers an allow or deny policy (step 4). */
-static int fixed(const struct dt_view *v, int pi, const struct policy *p)
+static int fixed(const struct dt_view *v, int pi, const struct dt_policy_words *p)
 {
     uint32_t s = stripe_here(0);
 
@@ -338,7 +208,7 @@ static int fixed(const struct dt_view *v, int pi, const struct policy *p)
 /* spend decides for record ref under limit policy pi, whose words were
  * read under seq, counting in stripe s (steps 7 to 10). */
 static int spend(const struct dt_view *v, uint32_t seq, uint32_t s, int pi,
-                 const struct policy *p, uint32_t ref, const unsigned char *tag,
+                 const struct dt_policy_words *p, uint32_t ref, const unsigned char *tag,
                  size_t n, int64_t now, dt_result *res)
 {
     unsigned char *r = record(v, ref);
@@ -356,7 +226,7 @@ static int spend(const struct dt_view *v, uint32_t seq, uint32_t s, int pi,
         /* 8, the policy read checked consistent (9) before anything is
          * decided from it, refusals included. */
         tat = tat0 > now ? tat0 : now;
-        if (__builtin_sub_overflow(tat, now, &ahead) || !seq_holds(v, seq)) {
+        if (__builtin_sub_overflow(tat, now, &ahead) || !dt_seq_holds(v, seq)) {
             return DT_ASK;
         }
         if (ahead > p->allow_at) {
@@ -408,8 +278,8 @@ int dt_decide(dt_table *t, const char *tag, size_t n, int64_t now, dt_result *re
 {
     const unsigned char *k = (const unsigned char *)tag;
     const struct dt_view *v;
-    struct pblock b;
-    struct policy p;
+    struct dt_pblock b;
+    struct dt_policy_words p;
     dt_result scratch;
     uint32_t seq, shard;
     uint64_t h;
@@ -434,15 +304,15 @@ int dt_decide(dt_table *t, const char *tag, size_t n, int64_t now, dt_result *re
     }
     /* 3 */
     seq = ld32(v->table + H_POLICY_SEQ, __ATOMIC_ACQUIRE);
-    if ((seq & 1) != 0 || read_pblock(v, &b) != 0 || (pi = policy_of(&b, k, n)) < 0) {
+    if ((seq & 1) != 0 || dt_pblock_read(v, &b) != 0 || (pi = dt_policy_of(&b, k, n)) < 0) {
         return DT_ASK;
     }
-    read_policy(&b, pi, &p);
+    dt_policy_read(&b, pi, &p);
     res->policy = pi;
     res->limit = p.burst;
     /* 4 */
     if (p.action == ACT_ALLOW || p.action == ACT_DENY) {
-        return seq_holds(v, seq) ? fixed(v, pi, &p) : DT_ASK;
+        return dt_seq_holds(v, seq) ? fixed(v, pi, &p) : DT_ASK;
     }
     /* 5 (max_key changes with a reload), and a limit policy the daemon
      * would not have made */
@@ -458,82 +328,4 @@ int dt_decide(dt_table *t, const char *tag, size_t n, int64_t now, dt_result *re
     }
     /* 7 to 10, counted in the stripe of this CPU */
     return spend(v, seq, stripe_here(h), pi, &p, ref, k, n, now, res);
-}
-
-/* ---- A policy as the headers state it. ---- */
-
-/* name_of copies the name of policy pi from the names after the edges
- * into out (size bytes, NUL-terminated), or the default name when the
- * block carries none, or they do not fit in the table file. */
-static void name_of(const struct dt_view *v, const struct pblock *b, int pi,
-                    char *out, size_t size)
-{
-    const unsigned char *q = b->edges + (uint64_t)b->ne * 8;
-    uint64_t left = b->names;
-
-    out[0] = '\0';
-    if (!fits((uint64_t)(q - v->table), left, v->table_len)) {
-        left = 0;
-    }
-    for (int i = 0; left >= 2; i++) {
-        /* Names are not aligned: two byte loads, little-endian. */
-        uint64_t k = (uint64_t)__atomic_load_n(q, __ATOMIC_RELAXED) |
-                     (uint64_t)__atomic_load_n(q + 1, __ATOMIC_RELAXED) << 8;
-        size_t j;
-
-        if (k > left - 2) {
-            break;
-        }
-        if (i == pi) {
-            for (j = 0; j < k && j + 1 < size; j++) {
-                out[j] = (char)__atomic_load_n(q + 2 + j, __ATOMIC_RELAXED);
-            }
-            out[j] = '\0';
-            break;
-        }
-        q += 2 + k;
-        left -= 2 + k;
-    }
-    if (out[0] == '\0') {
-        if (pi == 0) {
-            snprintf(out, size, "default");
-        } else {
-            snprintf(out, size, "%d", pi);
-        }
-    }
-}
-
-int dt_policy(dt_table *t, int policy, dt_policy_info *out)
-{
-    const struct dt_view *v = __atomic_load_n(&t->view, __ATOMIC_ACQUIRE);
-    struct pblock b;
-    uint64_t w;
-    uint32_t seq;
-
-    if (v == NULL) {
-        errno = ENOTCONN;
-        return -1;
-    }
-    seq = ld32(v->table + H_POLICY_SEQ, __ATOMIC_ACQUIRE);
-    if ((seq & 1) != 0 || read_pblock(v, &b) != 0) {
-        errno = EAGAIN;
-        return -1;
-    }
-    if (policy < 0 || (uint32_t)policy >= b.np) {
-        errno = ENOENT;
-        return -1;
-    }
-    const unsigned char *q = b.policies + (uint64_t)policy * DT_POLICY_SIZE;
-    w = ld64(q, __ATOMIC_RELAXED);
-    out->action = (int)(w & 0xFF);
-    out->dry_run = (int)((w >> 8) & 0xFF);
-    out->burst = (uint32_t)(w >> 32);
-    w = ld64(q + 24, __ATOMIC_RELAXED);
-    memcpy(&out->rate, &w, sizeof(out->rate));
-    name_of(v, &b, policy, out->name, sizeof(out->name));
-    if (!seq_holds(v, seq)) {
-        errno = EAGAIN;
-        return -1;
-    }
-    return 0;
 }

@@ -23,6 +23,7 @@
 #endif
 
 #include "dthrottle_table.c"
+#include "dthrottle_policy.c"
 #include "dthrottle_view.c"
 #include "dthrottle_hash.c"
 #include "dthrottle_socket.c"
