@@ -92,7 +92,7 @@ ngx_http_dthrottle_handler(ngx_http_request_t *r)
     /* the rest of the context is set by an ask */
     ctx = cln->data;
     ctx->request = r;
-    ctx->peer.connection = NULL;
+    ctx->slot = NULL;
     ctx->state = NGX_HTTP_DTHROTTLE_DONE;
     ctx->verdict = NGX_HTTP_DTHROTTLE_NONE;
     ctx->probe = 0;

@@ -17,9 +17,10 @@
  *  - ASK (a tag the table does not hold yet, or one it keys by a digest, a
  *    reload under way, a daemon that shares nothing, a worker not
  *    attached) and LEFT (the daemon stopped, restarted or stalled): the
- *    daemon is asked over its Unix socket without blocking the worker
- *    (ngx_http_dthrottle_ask.c); it inserts a new tag, so the tag's next
- *    request is decided in process. Its NO is dthrottle_status with
+ *    daemon is asked over its Unix socket without blocking the worker,
+ *    on one connection per worker, kept and pipelined
+ *    (ngx_http_dthrottle_ask.c, ngx_http_dthrottle_conn.c); it inserts a
+ *    new tag, so the tag's next request is decided in process. Its NO is dthrottle_status with
  *    Retry-After: 1 (the line protocol says nothing of the bucket). An
  *    ask not answered within dthrottle_timeout, or a daemon that cannot
  *    be reached, is answered by the fail mode (dthrottle_fail: open
@@ -446,6 +447,7 @@ ngx_http_dthrottle_init_process(ngx_cycle_t *cycle)
 static void
 ngx_http_dthrottle_exit_process(ngx_cycle_t *cycle)
 {
+    ngx_http_dthrottle_queue_exit();
     dt_close(ngx_http_dthrottle_worker.table);
     ngx_http_dthrottle_worker.table = NULL;
 }

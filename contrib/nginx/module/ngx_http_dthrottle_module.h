@@ -9,9 +9,12 @@
  *                                the worker's counters
  *   ngx_http_dthrottle_decide.c  the phase handler: the decision from the
  *                                table, the fail mode, refusals
- *   ngx_http_dthrottle_ask.c     talking to dthrottled: attaching to its
- *                                table, and asking it without blocking
- *                                the worker
+ *   ngx_http_dthrottle_ask.c     talking to dthrottled: asking it without
+ *                                blocking the worker, and attaching to
+ *                                its table
+ *   ngx_http_dthrottle_conn.c    the worker's one connection to
+ *                                dthrottled, kept, and the asks pipelined
+ *                                on it
  */
 
 
@@ -77,17 +80,16 @@ typedef struct {
 
 /*
  * A decided request's context, the data of a cleanup of its pool: the
- * cleanup closes a connection to the daemon that a request going away
- * mid-ask leaves, and marks the request decided (internal redirects clear
- * module contexts; the pool stays).
+ * cleanup gives up the place in the worker's queue of asks that a request
+ * going away mid-ask leaves (its answer is read and dropped), and marks
+ * the request decided (internal redirects clear module contexts; the pool
+ * stays).
  */
+typedef struct ngx_http_dthrottle_slot_s  ngx_http_dthrottle_slot_t;
+
 typedef struct {
     ngx_http_request_t         *request;
-    ngx_peer_connection_t       peer;     /* to the daemon, while asking */
-    ngx_str_t                   line;     /* "tag\n" */
-    size_t                      sent;
-    u_char                      reply[3];
-    size_t                      got;
+    ngx_http_dthrottle_slot_t  *slot;     /* its place, while asking */
     ngx_int_t                   rc;       /* returned once answered */
     ngx_uint_t                  state;    /* ngx_http_dthrottle_state_e */
     ngx_uint_t                  verdict;  /* ngx_http_dthrottle_verdict_e */
@@ -109,7 +111,8 @@ typedef struct {
     unsigned                    bad_logged:1;
     ngx_uint_t                  ok, no;       /* decided in process */
     ngx_uint_t                  asked, asked_no, failed, bad, attaches;
-    ngx_uint_t                  asking;       /* asks under way */
+    ngx_uint_t                  asking;       /* requests waiting for
+                                                 an answer */
 } ngx_http_dthrottle_worker_t;
 
 
@@ -124,7 +127,15 @@ void ngx_http_dthrottle_probe_done(ngx_http_dthrottle_ctx_t *ctx);
 ngx_int_t ngx_http_dthrottle_ask(ngx_http_request_t *r,
     ngx_http_dthrottle_ctx_t *ctx, ngx_str_t *tag, ngx_msec_t timeout,
     const char **err);
+void ngx_http_dthrottle_resume(ngx_http_dthrottle_ctx_t *ctx,
+    ngx_uint_t answer, const char *err);
 void ngx_http_dthrottle_cleanup(void *data);
+
+ngx_int_t ngx_http_dthrottle_queue(ngx_http_dthrottle_main_conf_t *dmcf,
+    ngx_http_dthrottle_ctx_t *ctx, ngx_str_t *tag, ngx_msec_t timeout,
+    const char **err);
+void ngx_http_dthrottle_unqueue(ngx_http_dthrottle_ctx_t *ctx);
+void ngx_http_dthrottle_queue_exit(void);
 
 ngx_int_t ngx_http_dthrottle_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);

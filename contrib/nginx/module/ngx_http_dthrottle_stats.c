@@ -73,8 +73,8 @@ ngx_http_dthrottle_stats(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
  * ngx_http_dthrottle_stats_handler() answers this worker's counters in one
  * line: ok and no, decided in process (dry runs served count ok); asked,
  * and of those asked_no refused; failed, answered by the fail mode; bad
- * tags, refused or served; attaches; asking, the asks under way; shared,
- * whether the worker decides in process now.
+ * tags, refused or served; attaches; asking, the requests waiting for an
+ * answer; shared, whether the worker decides in process now.
  */
 
 static ngx_int_t
