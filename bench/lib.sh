@@ -24,6 +24,16 @@ bench_www() {
 	chmod 644 "$tmp/www/hello.txt"
 }
 
+# bench_nginx_temps prints an nginx http block's temporary-file paths,
+# under $tmp/tmp (bench_www makes it), so that nginx run as this user
+# writes nothing elsewhere.
+bench_nginx_temps() {
+	local t
+	for t in client_body proxy fastcgi uwsgi scgi; do
+		echo "    ${t}_temp_path $tmp/tmp/${t/client_/};"
+	done
+}
+
 # bench_await SCRIPT PORT...: waits until each port serves /hello.txt with
 # a 200, or says which does not and shows the servers' logs.
 bench_await() {

@@ -85,11 +85,7 @@ pid $tmp/$1.pid;
 events { worker_connections 1024; }
 http {
     access_log off;
-    client_body_temp_path $tmp/tmp/body;
-    proxy_temp_path $tmp/tmp/proxy;
-    fastcgi_temp_path $tmp/tmp/fastcgi;
-    uwsgi_temp_path $tmp/tmp/uwsgi;
-    scgi_temp_path $tmp/tmp/scgi;
+$(bench_nginx_temps)
     dthrottle_socket $tmp/d.sock;
     dthrottle_timeout 1s;
     server {

@@ -80,11 +80,7 @@ pid $tmp/nginx.pid;
 events { worker_connections 1024; }
 http {
     access_log off;
-    client_body_temp_path $tmp/tmp/body;
-    proxy_temp_path $tmp/tmp/proxy;
-    fastcgi_temp_path $tmp/tmp/fastcgi;
-    uwsgi_temp_path $tmp/tmp/uwsgi;
-    scgi_temp_path $tmp/tmp/scgi;
+$(bench_nginx_temps)
     server { listen 127.0.0.1:$((BASE + 1)); root $tmp/www; location / { try_files \$uri =404; } }
     include $tmp/nginx-auth.conf;
     include $tmp/nginx-pipeline.conf;
