@@ -20,8 +20,9 @@
  *    daemon is asked over its Unix socket without blocking the worker,
  *    on one connection per worker, kept and pipelined
  *    (ngx_http_dthrottle_ask.c, ngx_http_dthrottle_conn.c); it inserts a
- *    new tag, so the tag's next request is decided in process. Its NO is dthrottle_status with
- *    Retry-After: 1 (the line protocol says nothing of the bucket). An
+ *    new tag, so the tag's next request is decided in process. Its NO is
+ *    dthrottle_status with Retry-After: 1 (the line protocol says nothing
+ *    of the bucket). An
  *    ask not answered within dthrottle_timeout, or a daemon that cannot
  *    be reached, is answered by the fail mode (dthrottle_fail: open
  *    serves, closed refuses with Retry-After: 1); then the worker asks
