@@ -17,12 +17,6 @@ func (c *Config) validateCharge() *Error {
 			return bad(k, quote(p), "must not contain a NUL byte")
 		case len(p) > maxUnixPath:
 			return bad(k, quote(p), fmt.Sprintf("must be at most %d bytes long (the kernel's limit for a socket path)", maxUnixPath))
-		case p == l.Unix:
-			return bad(k, quote(p), "must be another socket than listen.unix")
-		case HTTPUnixPrefix+p == c.HTTP.Listen:
-			return bad(k, quote(p), "must be another socket than http.listen")
-		case HTTPUnixPrefix+p == c.SPOE.Listen:
-			return bad(k, quote(p), "must be another socket than spoe.listen")
 		}
 	}
 	if a := l.ChargeTCP; a != "" {

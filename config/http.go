@@ -21,8 +21,6 @@ func (c *Config) validateHTTP() *Error {
 			return bad(key("http", "listen"), quote(h.Listen), "must not contain a NUL byte")
 		case len(path) > maxUnixPath:
 			return bad(key("http", "listen"), quote(h.Listen), fmt.Sprintf("socket path must be at most %d bytes long (the kernel's limit)", maxUnixPath))
-		case path == c.Listen.Unix:
-			return bad(key("http", "listen"), quote(h.Listen), "must be another socket than listen.unix")
 		}
 	} else if h.Listen != "" {
 		if e := checkAddr(key("http", "listen"), h.Listen, false, 0); e != nil {

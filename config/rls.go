@@ -43,12 +43,6 @@ func (c *Config) validateRLS() *Error {
 		case len(path) > maxUnixPath:
 			return bad(k, quote(r.Listen), fmt.Sprintf("socket path must be at most %d bytes long (the kernel's limit)", maxUnixPath))
 		}
-		for _, other := range []struct{ name, path string }{{"listen.unix", c.Listen.Unix}, {"listen.charge_unix", c.Listen.ChargeUnix},
-			{"http.listen", strings.TrimPrefix(c.HTTP.Listen, HTTPUnixPrefix)}, {"spoe.listen", strings.TrimPrefix(c.SPOE.Listen, HTTPUnixPrefix)}} {
-			if path == other.path {
-				return bad(k, quote(r.Listen), "must be another socket than "+other.name)
-			}
-		}
 	} else if r.Listen != "" {
 		if e := checkAddr(k, r.Listen, false, 0); e != nil {
 			return e

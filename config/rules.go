@@ -52,13 +52,13 @@ var tokensPerSecond = &span{lo: minRate, hi: maxRate, unit: "(tokens per second)
 // the key in every [[policy]]); "policy" is the array of tables itself.
 var rules = map[string]rule{
 	"listen.unix": {
-		text: fmt.Sprintf(`a path of at most %d bytes (the kernel's limit for a socket path), no NUL; listen.unix or listen.tcp must be set`, maxUnixPath),
+		text: fmt.Sprintf(`a path of at most %d bytes (the kernel's limit for a socket path), no NUL, in a directory that exists; listen.unix or listen.tcp must be set; its file and its lock file (the path and ".lock") named by no other key`, maxUnixPath),
 		dflt: `"$XDG_RUNTIME_DIR/dthrottle.sock", else "/tmp/dthrottle-<uid>.sock"`,
 	},
 	"listen.unix_mode":     {text: `3 or 4 octal digits, "0000" to "0777"`},
 	"listen.unix_group":    {text: "a group name"},
 	"listen.tcp":           {text: `"host:port" (an empty host listens on every interface, port 0 picks a free port)`},
-	"listen.charge_unix":   {text: fmt.Sprintf(`a path of at most %d bytes, no NUL; another socket than listen.unix, http.listen and spoe.listen`, maxUnixPath)},
+	"listen.charge_unix":   {text: fmt.Sprintf(`a path of at most %d bytes, no NUL, in a directory that exists; another file than every other socket, their lock files and state.file`, maxUnixPath)},
 	"listen.charge_tcp":    {text: `"host:port"; another address than listen.tcp, admin.http, http.listen and spoe.listen`},
 	"listen.max_conns":     {span: &span{lo: 1, hi: maxMaxConns}},
 	"listen.max_tag_bytes": {span: &span{lo: minMaxTagBytes, hi: maxMaxTagBytes}},
@@ -92,15 +92,15 @@ var rules = map[string]rule{
 
 	"admin.http": {text: `"host:port"`},
 
-	"http.listen":    {text: fmt.Sprintf(`"host:port", or "unix:/path" with a path of at most %d bytes; another address than admin.http, another socket than listen.unix`, maxUnixPath)},
+	"http.listen":    {text: fmt.Sprintf(`"host:port", or "unix:/path" with a path of at most %d bytes in a directory that exists; another address than admin.http, another file than every other socket, their lock files and state.file`, maxUnixPath)},
 	"http.max_conns": {span: &span{lo: 1, hi: maxHTTPConns}},
 	"http.refuse_status": {choice: &choice{values: []string{"403", "429"}, ints: true,
 		notes: map[string]string{"403": "(for nginx auth_request)"}}},
 
-	"spoe.listen":    {text: fmt.Sprintf(`"host:port", or "unix:/path" with a path of at most %d bytes; another address than admin.http, http.listen and listen.tcp, another socket than listen.unix and http.listen`, maxUnixPath)},
+	"spoe.listen":    {text: fmt.Sprintf(`"host:port", or "unix:/path" with a path of at most %d bytes in a directory that exists; another address than admin.http, http.listen and listen.tcp, another file than every other socket, their lock files and state.file`, maxUnixPath)},
 	"spoe.max_conns": {span: &span{lo: 1, hi: maxSPOEConns}},
 
-	"rls.listen":     {text: fmt.Sprintf(`"host:port", or "unix:/path" with a path of at most %d bytes; another address or socket than every other listener's (listen.unix, listen.tcp, listen.charge_unix, listen.charge_tcp, admin.http, http.listen, spoe.listen)`, maxUnixPath)},
+	"rls.listen":     {text: fmt.Sprintf(`"host:port", or "unix:/path" with a path of at most %d bytes in a directory that exists; another address than every other listener's (listen.tcp, listen.charge_tcp, admin.http, http.listen, spoe.listen), another file than every other socket, their lock files and state.file`, maxUnixPath)},
 	"rls.max_conns":  {span: &span{lo: 1, hi: maxRLSConns}},
 	"rls.unmatched":  {choice: &choice{values: []string{UnmatchedLimit, UnmatchedOK}}},
 	"rls.charge_key": {text: fmt.Sprintf("at most %d bytes", maxRLSChargeKey)},
@@ -108,7 +108,7 @@ var rules = map[string]rule{
 	"log.format": {choice: &choice{values: []string{"text", "json"}}},
 	"log.level":  {choice: &choice{values: []string{"debug", "info", "warn", "error"}, oneOf: true}},
 
-	"state.file": {text: `a file, not a directory, no NUL`},
+	"state.file": {text: `a file, not a directory, no NUL; another file than every socket, their lock files and the config file`},
 }
 
 // ruleOf returns the rule of the key k names. It panics on a key without

@@ -30,10 +30,6 @@ func (c *Config) validateSPOE() *Error {
 			return bad(k, quote(s.Listen), "must not contain a NUL byte")
 		case len(path) > maxUnixPath:
 			return bad(k, quote(s.Listen), fmt.Sprintf("socket path must be at most %d bytes long (the kernel's limit)", maxUnixPath))
-		case path == c.Listen.Unix:
-			return bad(k, quote(s.Listen), "must be another socket than listen.unix")
-		case s.Listen == c.HTTP.Listen:
-			return bad(k, quote(s.Listen), "must be another socket than http.listen")
 		}
 	} else if s.Listen != "" {
 		if e := checkAddr(k, s.Listen, false, 0); e != nil {

@@ -54,7 +54,7 @@ var (
 // not modify c and does no I/O: it does not resolve names or check that
 // files exist.
 func (c *Config) Validate() error {
-	for _, check := range []func() *Error{c.validateListen, c.validateLimit, c.validatePolicies, c.validateGossip, c.validateRelay, c.validateAdmin, c.validateHTTP, c.validateSPOE, c.validateCharge, c.validateRLS, c.validateLog, c.validateState} {
+	for _, check := range []func() *Error{c.validateListen, c.validateLimit, c.validatePolicies, c.validateGossip, c.validateRelay, c.validateAdmin, c.validateHTTP, c.validateSPOE, c.validateCharge, c.validateRLS, c.validateLog, c.validateState, c.validatePaths} {
 		if e := check(); e != nil {
 			return e
 		}

@@ -61,6 +61,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if *check {
+		if err := cfg.CheckPaths(daemon.ConfigFile(*path)...); err != nil {
+			fmt.Fprintf(stderr, "dthrottled: %v\n", err)
+			return 1
+		}
 		fmt.Fprintf(stdout, "%s: ok\n", describe(*path))
 		return 0
 	}

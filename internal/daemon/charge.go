@@ -25,23 +25,20 @@ func (d *Daemon) openCharge(cfg config.Config) (*way, error) {
 	if l.ChargeUnix == "" && l.ChargeTCP == "" {
 		return nil, nil
 	}
-	w := &way{name: wayCharge, unlock: func() {}}
+	w := &way{name: wayCharge}
 	if l.ChargeUnix != "" {
-		ul, unlock, err := listenUnix(l.ChargeUnix, cfg.UnixModeBits(), l.UnixGroup)
+		ul, lock, err := listenUnix(l.ChargeUnix, cfg.UnixModeBits(), l.UnixGroup)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", wayCharge, err)
+			return nil, fmt.Errorf("%s (listen.charge_unix): %w", wayCharge, err)
 		}
-		w.listeners, w.unlock = append(w.listeners, NamedListener{ul, "unix"}), unlock
+		w.listeners, w.lock = append(w.listeners, NamedListener{ul, "unix"}), lock
 		d.log.Info(wayCharge, "unix", l.ChargeUnix)
 	}
 	if l.ChargeTCP != "" {
 		tl, err := net.Listen("tcp", l.ChargeTCP)
 		if err != nil {
-			for _, ul := range w.listeners {
-				ul.Close()
-			}
-			w.unlock()
-			return nil, fmt.Errorf("%s: listening on tcp %s: %w", wayCharge, l.ChargeTCP, err)
+			w.abandon()
+			return nil, fmt.Errorf("%s (listen.charge_tcp): listening on tcp %s: %w", wayCharge, l.ChargeTCP, err)
 		}
 		w.listeners = append(w.listeners, NamedListener{tl, "tcp"})
 		d.log.Info(wayCharge, "tcp", tl.Addr().String())

@@ -134,6 +134,9 @@ func New(opts Options) (_ *Daemon, err error) {
 		d.onEvent = func(Event) {}
 	}
 	d.started = d.now()
+	if err := cfg.CheckPaths(ConfigFile(opts.Path)...); err != nil {
+		return nil, err
+	}
 	if d.table, err = bucket.New(tableConfig(cfg)); err != nil {
 		return nil, err
 	}
@@ -149,11 +152,11 @@ func New(opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	if d.gossip, err = d.startGossip(cfg, opts.Transports); err != nil {
-		d.closeWays()
+		d.abandonWays()
 		return nil, err
 	}
 	if err := d.startAdmin(cfg.Admin); err != nil {
-		d.closeWays()
+		d.abandonWays()
 		if d.gossip != nil {
 			d.gossip.node.Stop(context.Background())
 		}
@@ -321,4 +324,13 @@ func describe(path string) string {
 		return "built-in defaults"
 	}
 	return path
+}
+
+// ConfigFile lists the config file at path, when there is one, for
+// [config.Config.CheckPaths]: no key may name it.
+func ConfigFile(path string) []config.NamedPath {
+	if path == "" {
+		return nil
+	}
+	return []config.NamedPath{{Name: "the config file", Path: path}}
 }

@@ -21,7 +21,7 @@ func (d *Daemon) openHTTP(cfg config.Config) (*way, error) {
 		return nil, nil
 	}
 	network, addr := cfg.HTTP.Network()
-	w, err := d.openEndpoint(wayHTTP, network, addr, cfg)
+	w, err := d.openEndpoint(wayHTTP, "http.listen", network, addr, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@ const wayLine = "line protocol"
 // openLine opens the line protocol's way in: on the listeners systemd
 // passed, if any, else on listen.unix and listen.tcp. It is always on.
 func (d *Daemon) openLine(cfg config.Config) (*way, error) {
-	w := &way{name: wayLine, unlock: func() {}}
+	w := &way{name: wayLine}
 	if len(d.passed) > 0 {
 		w.listeners = d.passed
 		for _, l := range w.listeners {

@@ -47,6 +47,9 @@ func (d *Daemon) reload() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := next.CheckPaths(ConfigFile(d.path)...); err != nil {
+		return nil, err
+	}
 	d.mu.Lock()
 	cur := d.cfg
 	d.mu.Unlock()

@@ -20,7 +20,7 @@ func (d *Daemon) openRLS(cfg config.Config) (*way, error) {
 		return nil, nil
 	}
 	network, addr := cfg.RLS.Network()
-	w, err := d.openEndpoint(wayRLS, network, addr, cfg)
+	w, err := d.openEndpoint(wayRLS, "rls.listen", network, addr, cfg)
 	if err != nil {
 		return nil, err
 	}

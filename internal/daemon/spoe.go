@@ -19,7 +19,7 @@ func (d *Daemon) openSPOE(cfg config.Config) (*way, error) {
 		return nil, nil
 	}
 	network, addr := cfg.SPOE.Network()
-	w, err := d.openEndpoint(waySPOE, network, addr, cfg)
+	w, err := d.openEndpoint(waySPOE, "spoe.listen", network, addr, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -33,7 +33,7 @@ type way struct {
 	name      string        // in logs and errors: "http endpoint"
 	srv       *serve.Server // the protocol's server
 	listeners []NamedListener
-	unlock    func() // releases a Unix socket's lock, once its listener is closed; never nil
+	lock      *fileLock // a Unix socket's lock, let go once its listener is closed; nil without one
 	// reload applies a new config's live settings; nil when none apply.
 	reload func(next config.Config)
 	// stats adds the way's counters to a snapshot.
@@ -44,12 +44,12 @@ type way struct {
 }
 
 // openWays opens every way in the config turns on. On error, those opened
-// are closed.
+// are closed and leave nothing behind.
 func (d *Daemon) openWays(cfg config.Config) error {
 	for _, open := range ways {
 		w, err := open(d, cfg)
 		if err != nil {
-			d.closeWays()
+			d.abandonWays()
 			return err
 		}
 		if w != nil {
@@ -119,9 +119,31 @@ func (d *Daemon) closeWays() {
 				d.log.Warn("closing a listener", "way", w.name, "addr", l.Addr().String(), "err", err)
 			}
 		}
-		w.unlock()
-		w.unlock = func() {}
+		w.lock.release()
+		w.lock = nil
 	}
+}
+
+// abandonWays closes every way in after a start that failed: as
+// closeWays, but the lock files this process made go too.
+func (d *Daemon) abandonWays() {
+	for _, w := range d.ways {
+		w.abandon()
+	}
+	d.ways = nil
+}
+
+// abandon closes w's server and listeners and removes the lock file this
+// process made, after a start that failed.
+func (w *way) abandon() {
+	if w.srv != nil {
+		w.srv.Close()
+	}
+	for _, l := range w.listeners {
+		l.Close()
+	}
+	w.lock.abandon()
+	w.lock = nil
 }
 
 // way returns the way in named name, nil when it is off.
