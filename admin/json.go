@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/dthrottle/dthrottle/admin/api"
 	"github.com/dthrottle/dthrottle/gossip"
@@ -119,8 +117,8 @@ func (s *Server) getTag(w http.ResponseWriter, r *http.Request) {
 	}
 	v := s.src.Tag(tag)
 	writeJSON(w, http.StatusOK, api.Tag{
-		Tag:        printable(tag),
-		Key:        printable(v.Key),
+		Tag:        printableText(tag),
+		Key:        printableText(v.Key),
 		Tracked:    v.Tracked,
 		Policy:     v.Policy,
 		Action:     v.Action,
@@ -140,7 +138,7 @@ func (s *Server) deleteTag(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, api.Forget{Tag: printable(tag), Forgotten: s.src.Forget(tag)})
+	writeJSON(w, http.StatusOK, api.Forget{Tag: printableText(tag), Forgotten: s.src.Forget(tag)})
 }
 
 // pathTag returns the request's tag, or answers 400 for an empty one (an
@@ -157,30 +155,11 @@ func pathTag(w http.ResponseWriter, r *http.Request) (string, bool) {
 // nodeHex formats a node id as gossip's logs do.
 func nodeHex(id uint64) string { return fmt.Sprintf("%016x", id) }
 
-// printable returns s with each byte that is not part of valid UTF-8
-// written as \xNN, since a JSON string can only hold text. Tags are opaque
-// bytes, and a long tag's digest key ends in raw bytes.
-func printable(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	var b strings.Builder
-	for len(s) > 0 {
-		r, n := utf8.DecodeRuneInString(s)
-		if r == utf8.RuneError && n == 1 {
-			fmt.Fprintf(&b, `\x%02x`, s[0])
-		} else {
-			b.WriteString(s[:n])
-		}
-		s = s[n:]
-	}
-	return b.String()
-}
-
 // writeJSON answers status with v as JSON. The documents here are plain
 // structs of numbers and strings, which always marshal.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
+	body = jsonSafe(body)
 	if err != nil {
 		status = http.StatusInternalServerError
 		body, _ = json.Marshal(api.Error{Error: "encoding response: " + err.Error()})

@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 )
 
 // The status page at "/": a server-drawn HTML page with no script, which
@@ -201,7 +199,7 @@ func (s *Server) statusPage(now time.Time) statusPage {
 			}
 			rows := topPolicyRows{Policy: tp.Policy, Total: tp.Total, Bound: tp.Bound}
 			for _, t := range tp.Tags {
-				rows.Tags = append(rows.Tags, topTagRow{Tag: visible(t.Tag), Count: t.Count, Error: t.Error,
+				rows.Tags = append(rows.Tags, topTagRow{Tag: visibleTop(t), Count: t.Count, Error: t.Error,
 					Share: percentOf(t.Count, tp.Total)})
 			}
 			sec.Policies = append(sec.Policies, rows)
@@ -350,28 +348,3 @@ func or(s, alt string) string {
 	}
 	return s
 }
-
-// visible returns a tag as text a reader can see: bytes that are not
-// valid UTF-8 as \xNN, and characters that print nothing, or move or
-// reshape the text (controls, format characters such as bidi overrides)
-// as \xNN or \uNNNN. The page's template escapes the result as HTML.
-func visible(tag string) string {
-	tag = printable(tag)
-	if !strings.ContainsFunc(tag, notShown) {
-		return tag
-	}
-	var b strings.Builder
-	for _, r := range tag {
-		switch {
-		case !notShown(r):
-			b.WriteRune(r)
-		case r < utf8.RuneSelf:
-			fmt.Fprintf(&b, `\x%02x`, r)
-		default:
-			fmt.Fprintf(&b, `\u%04x`, r)
-		}
-	}
-	return b.String()
-}
-
-func notShown(r rune) bool { return !unicode.IsGraphic(r) }

@@ -239,9 +239,13 @@ func TestVisible(t *testing.T) {
 		"a\x00b\tc\x7f":    `a\x00b\x09c\x7f`,
 		"\u202eevil":       `\u202eevil`,
 		"bad\xff":          `bad\xff`,
+		"\x1b":             `\x1b`,
+		`\x1b`:             `\\x1b`,
+		"a\u200bb\ufeff":   `a\u200bb\ufeff`,
+		"\u0085\u00ad":     `\u0085\u00ad`,
 	} {
-		if got := visible(in); got != want {
-			t.Errorf("visible(%q) = %q, want %q", in, got, want)
+		if got := shown(in, false); got != want {
+			t.Errorf("shown(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -100,7 +100,7 @@ func (s *Server) topDoc(q topQuery) api.Top {
 		}
 		tags := make([]api.TopTag, 0, min(len(p.Tags), q.n))
 		for _, t := range p.Tags[:min(len(p.Tags), q.n)] {
-			t.Tag = printable(t.Tag)
+			t.Tag, t.Escaped = printable(t.Tag)
 			tags = append(tags, t)
 		}
 		p.Tags = tags

@@ -62,12 +62,12 @@ func TestTop(t *testing.T) {
 		{"/v1/top", `refused cluster "" 20`,
 			`{"by":"refused","scope":"cluster","window_seconds":60,"nodes":3,"policies":[` +
 				`{"policy":"default","total":1000,"bound":4,"tags":[{"tag":"10.0.0.0","count":100,"error":0},{"tag":"10.0.0.1","count":99,"error":1},{"tag":"10.0.0.2","count":98,"error":2},{"tag":"10.0.0.3","count":97,"error":3},{"tag":"10.0.0.4","count":96,"error":4},{"tag":"10.0.0.5","count":95,"error":5},{"tag":"10.0.0.6","count":94,"error":6}]},` +
-				`{"policy":"login","total":50,"bound":0,"tags":[{"tag":"\u003cscript\u003ealert(1)\u003c/script\u003e","count":30,"error":0},{"tag":"login:\\xff\\xfe","count":20,"error":1}]},` +
+				`{"policy":"login","total":50,"bound":0,"tags":[{"tag":"\u003cscript\u003ealert(1)\u003c/script\u003e","count":30,"error":0},{"tag":"login:\\xff\\xfe","escaped":true,"count":20,"error":1}]},` +
 				`{"policy":"quiet","total":0,"bound":0,"tags":[]}]}`},
 		{"/v1/top?by=served&scope=node&n=2", `served node "" 2`,
 			`{"by":"served","scope":"node","window_seconds":60,"nodes":3,"policies":[` +
 				`{"policy":"default","total":1000,"bound":4,"tags":[{"tag":"10.0.0.0","count":100,"error":0},{"tag":"10.0.0.1","count":99,"error":1}]},` +
-				`{"policy":"login","total":50,"bound":0,"tags":[{"tag":"\u003cscript\u003ealert(1)\u003c/script\u003e","count":30,"error":0},{"tag":"login:\\xff\\xfe","count":20,"error":1}]},` +
+				`{"policy":"login","total":50,"bound":0,"tags":[{"tag":"\u003cscript\u003ealert(1)\u003c/script\u003e","count":30,"error":0},{"tag":"login:\\xff\\xfe","escaped":true,"count":20,"error":1}]},` +
 				`{"policy":"quiet","total":0,"bound":0,"tags":[]}]}`},
 		{"/v1/top?policy=default&n=1&by=refused&scope=cluster", `refused cluster "default" 1`,
 			`{"by":"refused","scope":"cluster","window_seconds":60,"nodes":3,"policies":[` +

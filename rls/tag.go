@@ -116,6 +116,7 @@ func (r *request) descriptor(i int, d *rlcommon.RateLimitDescriptor, domain stri
 		it.cost = h.GetValue()
 	}
 	r.buf = appendEscaped(append(r.buf, tagPrefix...), domain)
+	bare := len(r.buf)
 	for j, e := range es {
 		k, v := e.GetKey(), e.GetValue()
 		switch {
@@ -133,6 +134,11 @@ func (r *request) descriptor(i int, d *rlcommon.RateLimitDescriptor, domain stri
 		r.buf = appendEscaped(r.buf, k)
 		r.buf = append(r.buf, '=')
 		r.buf = appendEscaped(r.buf, v)
+	}
+	if len(r.buf) == bare {
+		// A charge of nothing but the domain: as a descriptor without
+		// entries, it names no client.
+		return item{}, bad("descriptors[%d]: no entries but the charge entry (%s)", i, chargeKey)
 	}
 	it.end = len(r.buf)
 	return it, nil

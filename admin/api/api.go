@@ -255,9 +255,12 @@ type TopPolicy struct {
 
 // TopTag is one tag of a TopPolicy. Tag is the table's key for it: the tag
 // as sent, or the digest form of a tag over max_tag_bytes; it is any
-// bytes, shown as a JSON string (invalid UTF-8 replaced).
+// bytes, shown as a JSON string: itself when it is valid UTF-8, else with
+// each byte that is not part of a character written \xNN and each
+// backslash doubled, and Escaped set.
 type TopTag struct {
-	Tag   string `json:"tag"`
-	Count uint64 `json:"count"`
-	Error uint64 `json:"error"` // Count overstates the true count by at most this
+	Tag     string `json:"tag"`
+	Escaped bool   `json:"escaped,omitempty"` // Tag is escaped: the tag is not valid UTF-8
+	Count   uint64 `json:"count"`
+	Error   uint64 `json:"error"` // Count overstates the true count by at most this
 }

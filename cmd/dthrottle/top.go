@@ -370,7 +370,7 @@ func (v *topView) table(width int) []string {
 	}
 	lines := []string{head + cell("POLICY", polW) + "  TAG"}
 	for _, r := range rows {
-		tag := quoted(r.tag.Tag)
+		tag := quotedTag(r.tag)
 		if width > 0 {
 			tag = clip(tag, max(width-lead, 1))
 		}

@@ -249,3 +249,21 @@ func TestTopRates(t *testing.T) {
 		t.Errorf("a stale answer was applied: %v", v.err)
 	}
 }
+
+// A tag the daemon escaped reads back into its bytes before it is
+// quoted: the byte and the text never look alike.
+func TestQuotedTag(t *testing.T) {
+	for _, tc := range []struct {
+		tag  api.TopTag
+		want string
+	}{
+		{api.TopTag{Tag: `\x1b`}, `"\\x1b"`},
+		{api.TopTag{Tag: "\x1b"}, `"\x1b"`},
+		{api.TopTag{Tag: `a\xff\\x`, Escaped: true}, `"a\xff\\x"`},
+		{api.TopTag{Tag: `\xzz\x`, Escaped: true}, `"\\xzz\\x"`},
+	} {
+		if got := quotedTag(tc.tag); got != tc.want {
+			t.Errorf("quotedTag(%+v) = %s, want %s", tc.tag, got, tc.want)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package main
 import (
 	"strconv"
 	"strings"
+
+	"github.com/dthrottle/dthrottle/admin/api"
 )
 
 // This file owns how dthrottle top writes text into cells: quoted tags,
@@ -12,6 +14,34 @@ import (
 // sequences and invisible characters are shown escaped, never sent to the
 // terminal.
 func quoted(s string) string { return strconv.Quote(s) }
+
+// quotedTag is a tag of /v1/top quoted: one the daemon escaped (not
+// valid UTF-8: its stray bytes as \xNN, its backslashes doubled) is read
+// back into its bytes first, so that the byte 0xff shows as "\xff" and
+// the text \xff as "\\xff".
+func quotedTag(t api.TopTag) string {
+	if !t.Escaped {
+		return quoted(t.Tag)
+	}
+	var raw []byte
+	for s := t.Tag; len(s) > 0; {
+		n := 1 // bytes of s read
+		switch {
+		case strings.HasPrefix(s, `\\`):
+			raw, n = append(raw, '\\'), 2
+		case strings.HasPrefix(s, `\x`) && len(s) >= 4:
+			if h, err := strconv.ParseUint(s[2:4], 16, 8); err == nil {
+				raw, n = append(raw, byte(h)), 4
+				break
+			}
+			raw = append(raw, s[0])
+		default:
+			raw = append(raw, s[0])
+		}
+		s = s[n:]
+	}
+	return quoted(string(raw))
+}
 
 // quotedName is a policy name as is, or quoted when it holds anything but
 // printable characters and spaces.

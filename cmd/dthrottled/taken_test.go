@@ -23,9 +23,15 @@ func TestTakenSocketPathRefused(t *testing.T) {
 	}{
 		{"listen.unix", func(p string) string { return fmt.Sprintf("[listen]\nunix = %q\n", p) }},
 		{"listen.charge_unix", func(p string) string { return fmt.Sprintf("[listen]\nunix = \"MAIN\"\ncharge_unix = %q\n", p) }},
-		{"http.listen", func(p string) string { return fmt.Sprintf("[listen]\nunix = \"MAIN\"\n[http]\nlisten = \"unix:%s\"\n", p) }},
-		{"spoe.listen", func(p string) string { return fmt.Sprintf("[listen]\nunix = \"MAIN\"\n[spoe]\nlisten = \"unix:%s\"\n", p) }},
-		{"rls.listen", func(p string) string { return fmt.Sprintf("[listen]\nunix = \"MAIN\"\n[rls]\nlisten = \"unix:%s\"\n", p) }},
+		{"http.listen", func(p string) string {
+			return fmt.Sprintf("[listen]\nunix = \"MAIN\"\n[http]\nlisten = \"unix:%s\"\n", p)
+		}},
+		{"spoe.listen", func(p string) string {
+			return fmt.Sprintf("[listen]\nunix = \"MAIN\"\n[spoe]\nlisten = \"unix:%s\"\n", p)
+		}},
+		{"rls.listen", func(p string) string {
+			return fmt.Sprintf("[listen]\nunix = \"MAIN\"\n[rls]\nlisten = \"unix:%s\"\n", p)
+		}},
 	}
 	kinds := []struct {
 		name string
