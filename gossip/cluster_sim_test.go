@@ -137,28 +137,57 @@ func TestClusterHoldsRate(t *testing.T) {
 	}
 }
 
+// Lost reports are repaired (repair.go): at 10%, 20% and 50% random
+// loss the long-run rate stays within 3%, 3% and 10% of the lossless run,
+// and the most served in 1 s, 1 min and 10 min within the bound plus the
+// hits still lost. docs/reliability.md has the figures:
+//
+//	go test ./gossip -run TestClusterWithLoss -v
 func TestClusterWithLoss(t *testing.T) {
 	base := defaultRun().run(t)
-	c := defaultRun()
-	c.net.Loss = 0.2
-	s := c.run(t)
-	lost := lostHits(s)
-	over := float64(len(s.served) - len(base.served))
-	t.Logf("20%% loss: served %d vs %d lossless (+%.0f); %.0f hits lost over all receivers", len(s.served), len(base.served), over, lost)
-	if lost == 0 {
-		t.Fatal("no hits lost at 20% loss: the fault is not applied")
+	c0 := defaultRun()
+	lossless := c0.longRunRate(base.served)
+	baseBytes := sentBytes(base)
+	t.Logf("lossless: most served %d / %d / %d in 1 s / 1 min / 10 min, long-run %.3f/s, %.0f bytes/s a node",
+		maxInWindow(base.served, time.Second), maxInWindow(base.served, time.Minute), maxInWindow(base.served, 10*time.Minute),
+		lossless, baseBytes)
+	for _, tc := range []struct {
+		loss, within float64
+	}{{0.1, 0.03}, {0.2, 0.03}, {0.5, 0.10}} {
+		c := defaultRun()
+		c.net.Loss = tc.loss
+		s := c.run(t)
+		lost := lostHits(s)
+		rate := c.longRunRate(s.served)
+		var st Stats
+		for _, sn := range s.nodes {
+			x := sn.node.Stats()
+			st.Lost += x.Lost
+			st.Repair.Repaired += x.Repair.Repaired
+			st.Repair.Resent += x.Repair.Resent
+			st.Repair.Asked += x.Repair.Asked
+		}
+		t.Logf("%.0f%% loss: most served %d / %d / %d, long-run %.3f/s (%+.1f%%), %d served (lossless %d); "+
+			"%d datagrams repaired, %d resent, %d still lost, %.0f hits lost over all receivers; %.0f bytes/s a node",
+			100*tc.loss, maxInWindow(s.served, time.Second), maxInWindow(s.served, time.Minute), maxInWindow(s.served, 10*time.Minute),
+			rate, 100*(rate/lossless-1), len(s.served), len(base.served), st.Repair.Repaired, st.Repair.Resent, st.Lost, lost, sentBytes(s))
+		if st.Repair.Repaired == 0 {
+			t.Errorf("%.0f%% loss: nothing repaired", 100*tc.loss)
+		}
+		if rate > lossless*(1+tc.within) {
+			t.Errorf("%.0f%% loss: long-run rate %.3f/s, more than %.0f%% over the lossless %.3f/s", 100*tc.loss, rate, 100*tc.within, lossless)
+		}
+		c.checkBound(t, s.served, c.nodes, lost)
 	}
-	if over > lost {
-		t.Errorf("over-admission %.0f exceeds the hits lost %.0f", over, lost)
-	}
-	c.checkBound(t, s.served, c.nodes, lost)
-	var gaps uint64
+}
+
+// sentBytes is the bytes each node sent a second, on average over the run.
+func sentBytes(s *sim) float64 {
+	var b uint64
 	for _, sn := range s.nodes {
-		gaps += sn.node.Stats().Lost
+		b += sn.node.Stats().BytesSent
 	}
-	if gaps == 0 {
-		t.Error("no sequence gaps counted at 20% loss")
-	}
+	return float64(b) / float64(len(s.nodes)) / defaultRun().duration.Seconds()
 }
 
 func TestClusterWithDuplication(t *testing.T) {

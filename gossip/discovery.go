@@ -62,7 +62,7 @@ func (n *Node) advertise(now time.Time) {
 	err := n.enc.EncodePeers(now, addrs, func(pkt []byte) error {
 		packets++
 		bytes += uint64(len(pkt))
-		return n.transport.Send(pkt)
+		return n.sendOwn(now)(pkt)
 	})
 	n.mu.Lock()
 	n.stats.PacketsSent += packets

@@ -51,13 +51,19 @@ func (h host) Request(now time.Time, sent func(error)) {
 	n.reportMu.Lock()
 	defer n.reportMu.Unlock()
 	n.configure(&n.enc)
-	sent(n.enc.EncodeRequest(now, n.transport.Send))
+	sent(n.enc.EncodeRequest(now, n.sendOwn(now)))
 }
 
 // SendOwn sends hits as datagrams of type t in the node's own sequence.
 // Called from the report, which holds reportMu.
 func (h host) SendOwn(now time.Time, t wire.MsgType, hits []Hit) (packets, bytes uint64, err error) {
-	return relay.Encode(&h.n.enc, now, t, hits, h.n.transport.Send)
+	return relay.Encode(&h.n.enc, now, t, hits, h.n.sendOwn(now))
+}
+
+// Keep keeps pkt, sent at now in stream s (to the relay to, for
+// wire.StreamToRelay), for repair.
+func (h host) Keep(now time.Time, s wire.Stream, to uint64, pkt []byte) {
+	h.n.sent.keep(streamKey{stream: s, to: to}, pkt, now)
 }
 
 func (h host) SendTo(pkt []byte, addr string) error {

@@ -20,6 +20,9 @@ import (
 //	dthrottle_gossip_packets_received_total, _bytes_received_total
 //	dthrottle_gossip_packets_dropped_total{reason}
 //	dthrottle_gossip_own_packets_total, _packets_lost_total
+//	dthrottle_gossip_repair_requests_total, _repair_asked_total
+//	dthrottle_gossip_packets_repaired_total
+//	dthrottle_gossip_repair_answers_total{result}
 //	dthrottle_gossip_fingerprint_mismatches_total
 //	dthrottle_gossip_peers                     gauge, heard and not silent
 //	dthrottle_gossip_report_duration_seconds   gauge, once a report is sent
@@ -54,14 +57,18 @@ func (n *Node) collector() prometheus.Collector {
 		bytesReceived   = metric.Counter("gossip_bytes_received_total", "Bytes of datagrams accepted from peers.")
 		dropped         = metric.Counter("gossip_packets_dropped_total", "Datagrams dropped, by reason: auth (no valid MAC), malformed, version (another format), duplicate, stale (sent before this process started, or too long ago).", "reason")
 		own             = metric.Counter("gossip_own_packets_total", "This node's own datagrams heard back and ignored.")
-		lost            = metric.Counter("gossip_packets_lost_total", "Datagrams missing from peers' sequence numbers, less those that arrived late: the hits they carried were never applied.")
+		lost            = metric.Counter("gossip_packets_lost_total", "Datagrams missing from peers' sequence numbers, less those that arrived late or were repaired: the hits they carried were never applied.")
+		repairRequests  = metric.Counter("gossip_repair_requests_total", "Repair requests sent, asking peers for datagrams missing from their sequences.")
+		repairAsked     = metric.Counter("gossip_repair_asked_total", "Datagrams asked for again, over every request.")
+		repaired        = metric.Counter("gossip_packets_repaired_total", "Datagrams that arrived after this node asked for them again.")
+		answers         = metric.Counter("gossip_repair_answers_total", "Datagrams peers asked this node for, by result: resent, suppressed (sent again to every peer just before), gone (no longer kept), refused (asked from an address no peer is heard from).", "result")
 		mismatches      = metric.Counter("gossip_fingerprint_mismatches_total", "Datagrams from peers whose policies differ from this node's.")
 		peers           = metric.Gauge("gossip_peers", "Peers heard and not silent.")
 		reportDuration  = metric.Gauge("gossip_report_duration_seconds", "How long the last report took to send.")
 		lastReport      = metric.Gauge("gossip_last_report_timestamp_seconds", "When the last report was sent, seconds since the Unix epoch.")
 	)
 	families := []metric.Family{packetsSent, bytesSent, packetsReceived, bytesReceived, dropped, own, lost,
-		mismatches, peers, reportDuration, lastReport}
+		repairRequests, repairAsked, repaired, answers, mismatches, peers, reportDuration, lastReport}
 	return metric.NewCollector(families, func(emit metric.Emit) {
 		g := n.nodeStats()
 		emit(packetsSent, float64(g.PacketsSent))
@@ -75,6 +82,13 @@ func (n *Node) collector() prometheus.Collector {
 		emit(dropped, float64(g.DroppedStale), "stale")
 		emit(own, float64(g.Own))
 		emit(lost, float64(g.Lost))
+		emit(repairRequests, float64(g.Repair.Requests))
+		emit(repairAsked, float64(g.Repair.Asked))
+		emit(repaired, float64(g.Repair.Repaired))
+		emit(answers, float64(g.Repair.Resent), "resent")
+		emit(answers, float64(g.Repair.Suppressed), "suppressed")
+		emit(answers, float64(g.Repair.Gone), "gone")
+		emit(answers, float64(g.Repair.Refused), "refused")
 		emit(mismatches, float64(g.FingerprintMismatch))
 		emit(peers, float64(n.Heard()))
 		if !g.LastReport.IsZero() {

@@ -93,7 +93,8 @@ type Stats struct {
 	DroppedDuplicate               uint64
 	DroppedStale                   uint64 // sent before Since, or too long ago
 	Own                            uint64 // our own datagrams heard back
-	Lost                           uint64 // datagrams missing from peers' sequences
+	Lost                           uint64 // datagrams missing from peers' sequences, repairs not arrived
+	Repair                         RepairStats
 	FingerprintMismatch            uint64 // datagrams from peers with other policies
 	Warm                           warm.Stats
 	Relay                          relay.NodeStats
@@ -113,14 +114,17 @@ type Node struct {
 	log       *slog.Logger
 	id        uint64
 
-	reportMu sync.Mutex // one report at a time; guards enc and hits
-	enc      wire.Encoder
-	hits     []Hit
+	reportMu  sync.Mutex // one report at a time; guards enc, repairEnc and hits
+	enc       wire.Encoder
+	repairEnc wire.Encoder // repair requests: a sequence no receiver checks
+	hits      []Hit
+	sent      sentLog // what this node sent, for repair
 
-	mu         sync.Mutex // guards peers, stats and authWarned
-	peers      peer.Table
-	stats      Stats
-	authWarned time.Time // when dropped unsigned reports were last logged
+	mu          sync.Mutex // guards peers, stats, repairStats and authWarned
+	peers       peer.Table
+	stats       Stats
+	repairStats RepairStats
+	authWarned  time.Time // when dropped unsigned reports were last logged
 
 	// The node's parts (parts.go): warm start, whose lock every change of
 	// what peers know of the table holds, and relaying.
@@ -233,6 +237,7 @@ func (n *Node) Report(now time.Time) error {
 	n.mu.Unlock()
 	n.advertise(now)
 	n.sendTop(now, n.hits)
+	n.askRepairs(now)
 	if len(n.hits) > 4096 {
 		n.hits = nil // do not keep a flood's worth of memory
 	}
@@ -247,8 +252,9 @@ func (n *Node) Report(now time.Time) error {
 func (n *Node) broadcast(now time.Time, hits []Hit) error {
 	var packets, bytes uint64
 	var sendErr error
+	send := n.sendOwn(now)
 	skipped, err := n.enc.Encode(now, hits, func(pkt []byte) error {
-		if err := n.transport.Send(pkt); err != nil {
+		if err := send(pkt); err != nil {
 			sendErr = err
 			return nil // the other datagrams may still get through
 		}
@@ -340,6 +346,12 @@ func (n *Node) Receive(p transport.Packet) {
 		n.mu.Unlock()
 		return
 	}
+	if msg.Type == wire.MsgRepair {
+		// A request to send again: asking twice only asks again.
+		n.mu.Unlock()
+		n.receiveRepair(msg, p)
+		return
+	}
 	if msg.Type == wire.MsgSnapshot {
 		// Answers to one node number their own sequence: package warm.
 		n.mu.Unlock()
@@ -353,7 +365,8 @@ func (n *Node) Receive(p transport.Packet) {
 		return
 	}
 	pr, isNew := n.peers.For(msg.Node, p.From, p.At)
-	if !pr.Accept(msg.Seq) {
+	quiet := !isNew && p.At.Sub(pr.Info.LastHeard) > n.cfg.SilentAfter
+	if !pr.Accept(msg.Seq, p.At) {
 		n.stats.DroppedDuplicate++
 		n.mu.Unlock()
 		return
@@ -368,6 +381,9 @@ func (n *Node) Receive(p transport.Packet) {
 	pr.Info.Relayed = msg.Relayed
 	wasSilent := pr.Info.Silent
 	pr.Info.Silent = false
+	if wasSilent || quiet {
+		pr.ForgetHoles() // a split's, not a loss: repair.go
+	}
 	warn := !pr.Info.FingerprintMatch && !pr.Warned
 	if !pr.Info.FingerprintMatch {
 		n.stats.FingerprintMismatch++
@@ -464,8 +480,10 @@ func (n *Node) nodeStats() Stats {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	st := n.stats
+	st.Repair = n.repairStats
 	for _, p := range n.peers {
 		st.Lost += p.Info.Lost
+		st.Repair.Repaired += p.Info.Repaired
 	}
 	return st
 }

@@ -41,6 +41,11 @@ type relayPart interface {
 	SetEvery(every, silent time.Duration)
 	Final()
 	Link() transport.Transport
+	// Holes asks, through ask, for what is missing from the streams
+	// relayed to this node (repair.go); Heard says whether addr is one
+	// they come from.
+	Holes(now time.Time, hold time.Duration, ask func(t transport.Transport, to uint64, addr string, s wire.Stream, seqs []uint64))
+	Heard(addr string) bool
 }
 
 var (

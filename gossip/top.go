@@ -28,7 +28,7 @@ func (n *Node) sendTop(now time.Time, drained []Hit) {
 	n.toldTop = len(r.Lists) > 0
 	var packets, bytes uint64
 	_, err := n.enc.EncodeTop(now, r, func(pkt []byte) error {
-		if err := n.transport.Send(pkt); err != nil {
+		if err := n.sendOwn(now)(pkt); err != nil {
 			return err
 		}
 		packets++

@@ -159,7 +159,7 @@ func TestReadBad(t *testing.T) {
 		{"65 descriptors", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: many(65)}, "descriptors: 65, at most 64"},
 		{"5000 descriptors", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: many(5000)}, "descriptors: 5000, at most 64"},
 		{"no entries", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k=v"), {}}}, "descriptors[1]: no entries"},
-		{"only the charge entry", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k=v"), desc(DefaultChargeKey+"=")}}, "descriptors[1]: no entries but the charge entry (" + DefaultChargeKey + ")"},
+		{"only the charge entry", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k=v"), desc(DefaultChargeKey + "=")}}, "descriptors[1]: no entries but the charge entry (" + DefaultChargeKey + ")"},
 		{"16 entries", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{entries(16)}}, ""},
 		{"17 entries", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{entries(17)}}, "descriptors[0]: 17 entries, at most 16"},
 		{"empty key", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k=v", "=v")}}, "descriptors[0].entries[1].key: empty"},

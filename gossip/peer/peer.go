@@ -20,8 +20,9 @@ type Info struct {
 	LastHeard        time.Time `json:"last_heard"`
 	Packets          uint64    `json:"packets"`    // accepted datagrams
 	Hits             uint64    `json:"hits"`       // hits applied from it
-	Lost             uint64    `json:"lost"`       // datagrams missing from its sequence
+	Lost             uint64    `json:"lost"`       // datagrams missing from its sequence, repairs not arrived
 	Duplicates       uint64    `json:"duplicates"` // datagrams seen twice (or too old to tell)
+	Repaired         uint64    `json:"repaired"`   // datagrams that arrived after this node asked for them again
 	FingerprintMatch bool      `json:"fingerprint_match"`
 	Silent           bool      `json:"silent"` // not heard for the silence timeout
 	// Relayed says the peer reports through relays when it hears one, so
@@ -48,49 +49,53 @@ const (
 const Max = 1024
 
 // ReplayWindow is how many sequence numbers behind the highest one seen a
-// datagram may arrive and still be accepted once.
-const ReplayWindow = 64
+// datagram may arrive and still be accepted once: a late datagram, or one
+// sent again because this node asked for it (repair.go), within it.
+const ReplayWindow = 1024
 
 // Peer tracks one sender's sequence numbers, like IPsec's anti-replay
 // window: the highest number seen and a bitmap of the ones just below it.
-// Info counts what the window sees (Lost, Duplicates); the rest of it is
-// the owner's to fill in.
+// Info counts what the window sees (Lost, Duplicates, Repaired); the rest
+// of it is the owner's to fill in.
 type Peer struct {
 	Info    Info
 	Warned  bool // the owner's: a fingerprint mismatch logged
 	highest uint64
-	window  uint64 // bit i set: highest-i was seen
+	window  bitmap // bit i set: highest-i was seen
+	holes   holes  // the numbers missing, as repair asks for them (repair.go)
 }
 
 // Accept records seq and reports whether it is new. A jump ahead counts
-// the numbers skipped as lost; one of them arriving late is accepted and
-// no longer counted lost. The first number accepted is the one that
-// starts the window, unless Info.Packets was set before.
-func (p *Peer) Accept(seq uint64) bool {
-	if p.Info.Packets == 0 && p.window == 0 {
-		p.highest, p.window = seq, 1
+// the numbers skipped as lost, noticed at at; one of them arriving late
+// is accepted and no longer counted lost (and counted repaired if it was
+// asked for again). The first number accepted is the one that starts the
+// window, unless Info.Packets was set before.
+func (p *Peer) Accept(seq uint64, at time.Time) bool {
+	if p.Info.Packets == 0 && p.window.empty() {
+		p.highest = seq
+		p.window.set(0)
 		return true
 	}
 	if seq > p.highest {
 		shift := seq - p.highest
-		if shift >= ReplayWindow {
-			p.window = 0
-		} else {
-			p.window <<= shift
-		}
-		p.window |= 1
+		p.window.shift(shift)
+		p.window.set(0)
 		p.Info.Lost += shift - 1
+		p.holes.notice(p.highest+1, seq, at)
 		p.highest = seq
 		return true
 	}
 	back := p.highest - seq
-	if back >= ReplayWindow || p.window&(1<<back) != 0 {
+	if back >= ReplayWindow || p.window.has(back) {
 		p.Info.Duplicates++
 		return false
 	}
-	p.window |= 1 << back
+	p.window.set(back)
 	if p.Info.Lost > 0 {
 		p.Info.Lost--
+	}
+	if p.holes.filled(seq) {
+		p.Info.Repaired++
 	}
 	return true
 }

@@ -85,6 +85,9 @@ type Host interface {
 	// SendOwn sends hits to every peer as datagrams of type t in the
 	// node's own sequence, as its reports go. Called only from Forward.
 	SendOwn(now time.Time, t wire.MsgType, hits []Hit) (packets, bytes uint64, err error)
+	// Keep keeps a datagram sent at now in stream s (to the relay to, for
+	// wire.StreamToRelay), for repair.
+	Keep(now time.Time, s wire.Stream, to uint64, pkt []byte)
 	// CountSent and CountReceived add to the node's traffic counters,
 	// CountDuplicate to its duplicates dropped.
 	CountSent(packets, bytes uint64, tags int, failed bool)
@@ -332,9 +335,12 @@ func (p *Part) sendToRelays(now time.Time, hits []Hit, live []live) error {
 		}
 		p.host.Configure(enc)
 		enc.Relayed = true
-		send := t.Send
-		if u != nil {
-			send = func(pkt []byte) error { return u.SendTo(pkt, r.addr) }
+		send := func(pkt []byte) error {
+			p.host.Keep(now, wire.StreamToRelay, r.id, pkt)
+			if u != nil {
+				return u.SendTo(pkt, r.addr)
+			}
+			return t.Send(pkt)
 		}
 		n, b, err := Encode(enc, now, wire.MsgToRelay, p.byRelay[k], send)
 		packets, bytes = packets+n, bytes+b
@@ -408,7 +414,11 @@ func (p *Part) Forward(now time.Time) error {
 	if link != nil {
 		p.host.Configure(&p.linkEnc)
 		p.linkEnc.Node = p.host.ID()
-		if cpackets, cbytes, err = Encode(&p.linkEnc, now, wire.MsgCrossing, p.cross, link.Send); err != nil {
+		send := func(pkt []byte) error {
+			p.host.Keep(now, wire.StreamCrossing, 0, pkt)
+			return link.Send(pkt)
+		}
+		if cpackets, cbytes, err = Encode(&p.linkEnc, now, wire.MsgCrossing, p.cross, send); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -66,7 +66,8 @@ func (p *Part) ReceiveRelayed(msg wire.Message, pkt transport.Packet) {
 		table = p.remote
 	}
 	pr, isNew := table.For(msg.Node, pkt.From, pkt.At)
-	if !pr.Accept(msg.Seq) {
+	quiet := !isNew && pkt.At.Sub(pr.Info.LastHeard) > silent
+	if !pr.Accept(msg.Seq, pkt.At) {
 		p.mu.Unlock()
 		p.host.CountDuplicate()
 		return
@@ -75,6 +76,9 @@ func (p *Part) ReceiveRelayed(msg wire.Message, pkt transport.Packet) {
 	pr.Info.Addr, pr.Info.LastHeard = pkt.From, pkt.At
 	wasSilent := pr.Info.Silent
 	pr.Info.Silent = false
+	if wasSilent || quiet {
+		pr.ForgetHoles() // a split's, not a loss (package gossip's repair.go)
+	}
 	var apply []Hit
 	switch {
 	case p.sum == nil:

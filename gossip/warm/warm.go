@@ -292,7 +292,7 @@ func (w *Warm) ReceiveAnswer(msg wire.Message, p transport.Packet) {
 		s = &stream{}
 		w.from[msg.Node] = s
 	}
-	if s.whole || !s.seq.Accept(msg.Seq) {
+	if s.whole || !s.seq.Accept(msg.Seq, p.At) {
 		w.stats.DroppedDuplicate++
 		return
 	}

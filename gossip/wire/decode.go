@@ -79,6 +79,10 @@ func Decode(b []byte, key []byte) (Message, error) {
 		if err := st.decodeTop(&m, b[headerLen:end]); err != nil {
 			return Message{}, err
 		}
+	case MsgRepair:
+		if err := st.decodeRepair(&m, b[headerLen:end]); err != nil {
+			return Message{}, err
+		}
 	}
 	return m, nil
 }

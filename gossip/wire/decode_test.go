@@ -101,7 +101,7 @@ func TestDecodeGarbage(t *testing.T) {
 		"no-ops dropped":         {hits(0x83, 0xa0, 3, 0xa1, 'z', 0, 0xa1, 'a', 2), []Hit{{Key: "a", Count: 2}}},
 		"duplicates kept":        {hits(0x82, 0xa1, 'a', 1, 0xa1, 'a', 2), []Hit{{Key: "a", Count: 1}, {Key: "a", Count: 2}}},
 		"empty hits map":         {hits(0x80), nil},
-		"unknown type 10":        {append(header(10), "any body at all"...), nil},
+		"unknown type 11":        {append(header(11), "any body at all"...), nil},
 		"unknown type 200":       {header(200), nil},
 		"reserved flags ignored": {func() []byte { b := hits(0x81, 0xa1, 'a', 1); b[4] = 0xfe; return b }(), []Hit{{Key: "a", Count: 1}}},
 	}

@@ -74,7 +74,8 @@ const (
 	MsgHeartbeat MsgType = 2 // a period with no hits; body: empty map
 	// 3 and 4 are the warm start messages, in snapshot.go; 5 lists
 	// peers, in peers.go; 6, 7 and 8 relay hits, in relay.go; 9 carries
-	// a node's heaviest tags, in top.go.
+	// a node's heaviest tags, in top.go; 10 asks for datagrams again, in
+	// repair.go.
 )
 
 // version is the wire format version this code writes. Decode accepts only
@@ -105,6 +106,8 @@ type Message struct {
 	Peers []string
 	// Top holds the body of a MsgTop; nil for every other type.
 	Top *TopReport
+	// Repair holds the body of a MsgRepair; nil for every other type.
+	Repair *Repair
 }
 
 // Errors returned by Decode, to be tested with errors.Is.
@@ -161,6 +164,10 @@ type Encoder struct {
 	mac    hash.Hash
 	macKey []byte // the Key that mac was built with
 }
+
+// Seq is the sequence number of the last datagram sent, 0 before the
+// first.
+func (e *Encoder) Seq() uint64 { return e.seq }
 
 // Encode emits the hits as one or more self-contained MsgHits datagrams,
 // each at most MaxPacket bytes and each with the next Seq, packed in the
