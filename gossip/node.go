@@ -365,7 +365,7 @@ func (n *Node) Receive(p transport.Packet) {
 		return
 	}
 	pr, isNew := n.peers.For(msg.Node, p.From, p.At)
-	quiet := !isNew && p.At.Sub(pr.Info.LastHeard) > n.cfg.SilentAfter
+	split := !isNew && peer.Split(pr.Info.LastHeard, p.At, n.cfg.SilentAfter)
 	if !pr.Accept(msg.Seq, p.At) {
 		n.stats.DroppedDuplicate++
 		n.mu.Unlock()
@@ -381,7 +381,7 @@ func (n *Node) Receive(p transport.Packet) {
 	pr.Info.Relayed = msg.Relayed
 	wasSilent := pr.Info.Silent
 	pr.Info.Silent = false
-	if wasSilent || quiet {
+	if split {
 		pr.ForgetHoles() // a split's, not a loss: repair.go
 	}
 	warn := !pr.Info.FingerprintMatch && !pr.Warned

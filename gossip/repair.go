@@ -1,6 +1,8 @@
 package gossip
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"time"
 
@@ -171,6 +173,7 @@ func (n *Node) askRepairs(now time.Time) {
 		}
 	}
 	n.mu.Unlock()
+	slices.SortFunc(asks, func(a, b ask) int { return cmp.Or(cmp.Compare(a.addr, b.addr), cmp.Compare(a.to, b.to)) }) // one order, whatever the ids
 	for _, a := range asks {
 		n.askRepair(now, n.transport, a.to, a.addr, wire.StreamOwn, a.seqs)
 	}

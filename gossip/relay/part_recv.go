@@ -66,7 +66,7 @@ func (p *Part) ReceiveRelayed(msg wire.Message, pkt transport.Packet) {
 		table = p.remote
 	}
 	pr, isNew := table.For(msg.Node, pkt.From, pkt.At)
-	quiet := !isNew && pkt.At.Sub(pr.Info.LastHeard) > silent
+	split := !isNew && peer.Split(pr.Info.LastHeard, pkt.At, silent)
 	if !pr.Accept(msg.Seq, pkt.At) {
 		p.mu.Unlock()
 		p.host.CountDuplicate()
@@ -76,7 +76,7 @@ func (p *Part) ReceiveRelayed(msg wire.Message, pkt transport.Packet) {
 	pr.Info.Addr, pr.Info.LastHeard = pkt.From, pkt.At
 	wasSilent := pr.Info.Silent
 	pr.Info.Silent = false
-	if wasSilent || quiet {
+	if split {
 		pr.ForgetHoles() // a split's, not a loss (package gossip's repair.go)
 	}
 	var apply []Hit

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/dthrottle/dthrottle/gossip/transport"
@@ -38,6 +40,7 @@ func (p *Part) Holes(now time.Time, hold time.Duration, ask func(t transport.Tra
 	}
 	link := p.link
 	p.mu.Unlock()
+	slices.SortFunc(asks, func(a, b due) int { return cmp.Or(cmp.Compare(a.addr, b.addr), cmp.Compare(a.to, b.to)) }) // one order, whatever the ids
 	for _, a := range asks {
 		t := p.host.Transport()
 		if a.s == wire.StreamCrossing {
