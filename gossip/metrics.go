@@ -84,7 +84,7 @@ func (n *Node) collector() prometheus.Collector {
 		emit(lost, float64(g.Lost))
 		emit(repairRequests, float64(g.Repair.Requests))
 		emit(repairAsked, float64(g.Repair.Asked))
-		emit(repaired, float64(g.Repair.Repaired))
+		emit(repaired, float64(g.Repair.Repaired+n.relay.Repaired()))
 		emit(answers, float64(g.Repair.Resent), "resent")
 		emit(answers, float64(g.Repair.Suppressed), "suppressed")
 		emit(answers, float64(g.Repair.Gone), "gone")

@@ -470,6 +470,7 @@ func (n *Node) Peers() []PeerInfo {
 // Stats returns the node's counters, its parts' with them.
 func (n *Node) Stats() Stats {
 	st := n.nodeStats()
+	st.Repair.Repaired += n.relay.Repaired()
 	st.Warm = n.warm.Stats()
 	st.Relay = n.relay.Stats(n.statsTime())
 	return st

@@ -46,6 +46,7 @@ type relayPart interface {
 	// they come from.
 	Holes(now time.Time, hold time.Duration, ask func(t transport.Transport, to uint64, addr string, s wire.Stream, seqs []uint64))
 	Heard(addr string) bool
+	Repaired() uint64
 }
 
 var (

@@ -1,10 +1,13 @@
 package gossip
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/gossip/relay"
 	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/gossip/wire"
 )
@@ -236,4 +239,71 @@ func TestRepairNotAcrossSplit(t *testing.T) {
 	if repaired == 0 {
 		t.Error("a gap shorter than the silence timeout not repaired")
 	}
+}
+
+// Through relays, with loss on the segments and the link: the hits for a
+// relay, the aggregates and the crossings lost are repaired, and every
+// node applies every other node's hits exactly once (its own never).
+func TestRepairThroughRelays(t *testing.T) {
+	now := simT0
+	clock := func() time.Time { return now }
+	segA, segB := transport.NewMemNetwork(transport.MemConfig{Seed: 14}, clock), transport.NewMemNetwork(transport.MemConfig{Seed: 15}, clock)
+	link := transport.NewMemNetwork(transport.MemConfig{Seed: 16}, clock)
+	var a, b []*relayNode
+	for i := range 4 {
+		mode, l := relay.Use, (*transport.MemNetwork)(nil)
+		if i < 2 {
+			mode, l = relay.Serve, link
+		}
+		a = append(a, newRelayNode(t, segA, l, fmt.Sprintf("a%d", i), mode, nil))
+		b = append(b, newRelayNode(t, segB, l, fmt.Sprintf("b%d", i), mode, nil))
+	}
+	all := append(slices.Clone(a), b...)
+	for range 3 {
+		relayRound(t, now, all, segA, segB, link)
+		now = now.Add(time.Second)
+	}
+	for _, n := range all {
+		n.mu.Lock()
+		clear(n.applied)
+		n.mu.Unlock()
+	}
+	lossy := transport.MemConfig{Loss: 0.2, Seed: 17}
+	for _, net := range []*transport.MemNetwork{segA, segB, link} {
+		net.SetConfig(lossy)
+	}
+	const rounds = 30
+	for range rounds {
+		a[3].serve("t", 2)
+		b[2].serve("t", 1)
+		relayRound(t, now, all, segA, segB, link)
+		now = now.Add(time.Second)
+	}
+	for _, net := range []*transport.MemNetwork{segA, segB, link} {
+		net.SetConfig(transport.MemConfig{})
+	}
+	for range 2 * peerMaxAsks {
+		relayRound(t, now, all, segA, segB, link)
+		now = now.Add(time.Second)
+	}
+	var st RepairStats
+	for _, n := range all {
+		want := uint32(3 * rounds)
+		switch n {
+		case a[3]:
+			want = rounds
+		case b[2]:
+			want = 2 * rounds
+		}
+		if got := n.got("t"); got != want {
+			t.Errorf("%s applied %d hits of t, want %d", n.tr.Name(), got, want)
+		}
+		x := n.Stats().Repair
+		st.Repaired += x.Repaired
+		st.Resent += x.Resent
+	}
+	if st.Repaired == 0 {
+		t.Error("nothing repaired at 20% loss")
+	}
+	t.Logf("repaired %d datagrams, resent %d", st.Repaired, st.Resent)
 }

@@ -51,6 +51,14 @@ const MaxHoles = 256
 // given up as lost.
 const MaxAsks = 12
 
+// RepairWithin is how long after it was sent a datagram may still arrive
+// repaired, for a sender reporting every interval: noticed by the next
+// datagram, asked for one interval later, then once an interval MaxAsks
+// times.
+func RepairWithin(interval time.Duration) time.Duration {
+	return (MaxAsks + 2) * interval
+}
+
 // hole is a missing number: when it was noticed, and how often asked for.
 type hole struct {
 	noticed time.Time

@@ -194,7 +194,10 @@ func NewPart(cfg Config, host Host, every, silent time.Duration) *Part {
 // set applies cfg but its Link. Called with mu held, or before use.
 func (p *Part) set(cfg Config) {
 	p.cfg = cfg
-	p.own.SetForget(cfg.MaxAge + 2*p.every + p.silent)
+	// A hit comes back late when its datagram, or the aggregate's, was
+	// lost and is repaired: remembered until repair gives up on it, so
+	// that it is never applied to this node's own table as a peer's.
+	p.own.SetForget(cfg.MaxAge + 2*p.every + p.silent + peer.RepairWithin(p.every))
 	hold := cfg.Hold
 	if hold == nil {
 		hold = func(string) (uint32, time.Duration) { return 1, p.every }

@@ -75,3 +75,18 @@ func (p *Part) Heard(addr string) bool {
 	}
 	return false
 }
+
+// Repaired is how many datagrams of the streams relayed to this node
+// arrived after it asked for them again.
+func (p *Part) Repaired() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n uint64
+	for _, pr := range p.senders {
+		n += pr.Info.Repaired
+	}
+	for _, pr := range p.remote {
+		n += pr.Info.Repaired
+	}
+	return n
+}
