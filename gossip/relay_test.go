@@ -208,7 +208,9 @@ func TestRelayHold(t *testing.T) {
 	if st := rn.Stats().Relay.Sum; st.HeldTags != 1 || st.HeldHits != 1 || st.HotTags != 1 {
 		t.Errorf("relay sums %+v: want the sparse tag held and the busy one hot", st)
 	}
-	for range 8 {
+	// The hold age, then as long as a lost datagram may take to be
+	// repaired, which the sender's ledger waits for.
+	for range 8 + int(peer.RepairWithin(time.Second)/time.Second) {
 		relayRound(t, now, all, net)
 		now = now.Add(time.Second)
 	}
