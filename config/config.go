@@ -225,10 +225,11 @@ func Default() Config {
 			MaxConns: spoe.DefaultMaxConns, // HAProxy opens a few per thread
 		},
 		RLS: RLS{
-			Listen:    "",                 // no rate limit service
-			MaxConns:  1024,               // Envoy opens one or a few per worker thread (rls.DefaultMaxConns)
-			Unmatched: UnmatchedLimit,     // under [limit], as every tag
-			ChargeKey: "dthrottle_charge", // rls.DefaultChargeKey
+			Listen:      "",                 // no rate limit service
+			MaxConns:    1024,               // Envoy opens one or a few per worker thread (rls.DefaultMaxConns)
+			MaxRequests: 1024,               // a loaded Envoy has a few in flight; each held costs some 4 KiB (rls.DefaultMaxRequests)
+			Unmatched:   UnmatchedLimit,     // under [limit], as every tag
+			ChargeKey:   "dthrottle_charge", // rls.DefaultChargeKey
 		},
 		Log: Log{
 			Format: "text", // key=value lines

@@ -35,7 +35,7 @@ func TestDefaultValues(t *testing.T) {
 		Relay:  Relay{Mode: "off", Hold: 0.5, Bind: ":7778"},
 		HTTP:   HTTP{MaxConns: 1024, RefuseStatus: 403},
 		SPOE:   SPOE{MaxConns: 1024},
-		RLS:    RLS{MaxConns: 1024, Unmatched: "limit", ChargeKey: "dthrottle_charge"},
+		RLS:    RLS{MaxConns: 1024, MaxRequests: 1024, Unmatched: "limit", ChargeKey: "dthrottle_charge"},
 		Log:    Log{Format: "text", Level: "info"},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
@@ -84,7 +84,7 @@ func TestShippedExample(t *testing.T) {
 		Admin: Admin{HTTP: "127.0.0.1:7071"},
 		HTTP:  HTTP{MaxConns: 1024, RefuseStatus: 403},
 		SPOE:  SPOE{MaxConns: 1024},
-		RLS:   RLS{MaxConns: 1024, Unmatched: "limit", ChargeKey: "dthrottle_charge"},
+		RLS:   RLS{MaxConns: 1024, MaxRequests: 1024, Unmatched: "limit", ChargeKey: "dthrottle_charge"},
 		Log:   Log{Format: "text", Level: "info"},
 		State: State{File: "/var/lib/dthrottle/state"},
 	}

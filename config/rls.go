@@ -10,10 +10,11 @@ import (
 // listener of its own that Envoy's rate limit filters ask. The zero RLS
 // is not valid (MaxConns is 0): start from [Default].
 type RLS struct {
-	Listen    string `toml:"listen" reload:"restart"`    // "host:port" or "unix:/path", e.g. "127.0.0.1:7075"; "" disables
-	MaxConns  int    `toml:"max_conns" reload:"restart"` // most connections open at once; one more is closed at once
-	Unmatched string `toml:"unmatched"`                  // a descriptor no prefix policy matches: "limit" (under [limit], as every tag) or "ok" (answered OK with no limit, nothing kept)
-	ChargeKey string `toml:"charge_key"`                 // the entry key that makes a descriptor a charge of its hits_addend, after the response; "" makes none
+	Listen      string `toml:"listen" reload:"restart"`       // "host:port" or "unix:/path", e.g. "127.0.0.1:7075"; "" disables
+	MaxConns    int    `toml:"max_conns" reload:"restart"`    // most connections open at once; one more is closed at once
+	MaxRequests int    `toml:"max_requests" reload:"restart"` // most requests in progress at once, on all connections together, from their headers until their answer is written; one more is answered RESOURCE_EXHAUSTED at once
+	Unmatched   string `toml:"unmatched"`                     // a descriptor no prefix policy matches: "limit" (under [limit], as every tag) or "ok" (answered OK with no limit, nothing kept)
+	ChargeKey   string `toml:"charge_key"`                    // the entry key that makes a descriptor a charge of its hits_addend, after the response; "" makes none
 }
 
 // The values of RLS.Unmatched.
@@ -26,6 +27,7 @@ const (
 // dthrottle.toml documents each one beside its key.
 const (
 	maxRLSConns     = 100000
+	maxRLSRequests  = 100000
 	maxRLSChargeKey = 1024 // the longest entry key the service accepts (rls.MaxStringBytes)
 )
 
@@ -57,6 +59,9 @@ func (c *Config) validateRLS() *Error {
 		}
 	}
 	if e := intRange(key("rls", "max_conns"), r.MaxConns); e != nil {
+		return e
+	}
+	if e := intRange(key("rls", "max_requests"), r.MaxRequests); e != nil {
 		return e
 	}
 	if e := oneOf(key("rls", "unmatched"), r.Unmatched, quote(r.Unmatched)); e != nil {

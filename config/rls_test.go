@@ -43,6 +43,9 @@ func TestValidateRLS(t *testing.T) {
 		{"max_conns 1", func(c *Config) { c.RLS.MaxConns = 1 }, ""},
 		{"max_conns 0", func(c *Config) { c.RLS.MaxConns = 0 }, "config: rls.max_conns = 0: must be between 1 and 100000"},
 		{"max_conns 100001", func(c *Config) { c.RLS.MaxConns = 100001 }, "config: rls.max_conns = 100001: must be between 1 and 100000"},
+		{"max_requests 1", func(c *Config) { c.RLS.MaxRequests = 1 }, ""},
+		{"max_requests 0", func(c *Config) { c.RLS.MaxRequests = 0 }, "config: rls.max_requests = 0: must be between 1 and 100000"},
+		{"max_requests 100001", func(c *Config) { c.RLS.MaxRequests = 100001 }, "config: rls.max_requests = 100001: must be between 1 and 100000"},
 		{"unmatched ok", func(c *Config) { c.RLS.Unmatched = "ok" }, ""},
 		{"unmatched OK", func(c *Config) { c.RLS.Unmatched = "OK" }, `config: rls.unmatched = "OK": must be "limit" or "ok"`},
 		{"unmatched empty", func(c *Config) { c.RLS.Unmatched = "" }, `config: rls.unmatched = "": must be "limit" or "ok"`},
@@ -64,11 +67,11 @@ func TestValidateRLS(t *testing.T) {
 }
 
 func TestParseRLS(t *testing.T) {
-	c, err := Parse([]byte("[rls]\nlisten = \"unix:/tmp/r.sock\"\nmax_conns = 7\nunmatched = \"ok\"\ncharge_key = \"cost\"\n"))
+	c, err := Parse([]byte("[rls]\nlisten = \"unix:/tmp/r.sock\"\nmax_conns = 7\nmax_requests = 9\nunmatched = \"ok\"\ncharge_key = \"cost\"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.RLS != (RLS{Listen: "unix:/tmp/r.sock", MaxConns: 7, Unmatched: "ok", ChargeKey: "cost"}) {
+	if c.RLS != (RLS{Listen: "unix:/tmp/r.sock", MaxConns: 7, MaxRequests: 9, Unmatched: "ok", ChargeKey: "cost"}) {
 		t.Errorf("RLS = %+v", c.RLS)
 	}
 	if n, a := c.RLS.Network(); n != "unix" || a != "/tmp/r.sock" {
@@ -86,14 +89,15 @@ func TestParseRLS(t *testing.T) {
 // rls, which would bring gRPC into every program that reads a config.
 func TestRLSDefaultsAreTheService(t *testing.T) {
 	d := Default().RLS
-	if d.MaxConns != rls.DefaultMaxConns || d.ChargeKey != rls.DefaultChargeKey || len(d.ChargeKey) > rls.MaxStringBytes || maxRLSChargeKey != rls.MaxStringBytes {
-		t.Errorf("config's [rls] defaults %+v, the service's max_conns %d, charge key %q, longest key %d",
-			d, rls.DefaultMaxConns, rls.DefaultChargeKey, rls.MaxStringBytes)
+	if d.MaxConns != rls.DefaultMaxConns || d.MaxRequests != rls.DefaultMaxRequests || d.ChargeKey != rls.DefaultChargeKey ||
+		len(d.ChargeKey) > rls.MaxStringBytes || maxRLSChargeKey != rls.MaxStringBytes {
+		t.Errorf("config's [rls] defaults %+v, the service's max_conns %d, max_requests %d, charge key %q, longest key %d",
+			d, rls.DefaultMaxConns, rls.DefaultMaxRequests, rls.DefaultChargeKey, rls.MaxStringBytes)
 	}
 }
 
-// A reload changes unmatched and charge_key live; listen and max_conns
-// need a restart.
+// A reload changes unmatched and charge_key live; listen, max_conns and
+// max_requests need a restart.
 func TestRLSRestartKeys(t *testing.T) {
 	cur := Default()
 	next := cur
@@ -101,8 +105,8 @@ func TestRLSRestartKeys(t *testing.T) {
 	if keys := RestartKeys(cur, next); keys != nil {
 		t.Errorf("unmatched and charge_key need a restart: %v", keys)
 	}
-	next.RLS.Listen, next.RLS.MaxConns = "127.0.0.1:7075", 5
-	if keys := RestartKeys(cur, next); strings.Join(keys, " ") != "rls.listen rls.max_conns" {
-		t.Errorf("RestartKeys = %v, want rls.listen and rls.max_conns", keys)
+	next.RLS.Listen, next.RLS.MaxConns, next.RLS.MaxRequests = "127.0.0.1:7075", 5, 6
+	if keys := RestartKeys(cur, next); strings.Join(keys, " ") != "rls.listen rls.max_conns rls.max_requests" {
+		t.Errorf("RestartKeys = %v, want rls.listen, rls.max_conns and rls.max_requests", keys)
 	}
 }

@@ -104,6 +104,8 @@ var rules = map[string]rule{
 	"rls.max_conns":  {span: &span{lo: 1, hi: maxRLSConns}},
 	"rls.unmatched":  {choice: &choice{values: []string{UnmatchedLimit, UnmatchedOK}}},
 	"rls.charge_key": {text: fmt.Sprintf("at most %d bytes", maxRLSChargeKey)},
+	// The requests in progress on all connections together.
+	"rls.max_requests": {span: &span{lo: 1, hi: maxRLSRequests}},
 
 	"log.format": {choice: &choice{values: []string{"text", "json"}}},
 	"log.level":  {choice: &choice{values: []string{"debug", "info", "warn", "error"}, oneOf: true}},

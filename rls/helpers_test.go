@@ -62,6 +62,13 @@ func startServer(t testing.TB, tb Table, cfg Config) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serveOn(t, s, l)
+	return s, l.Addr().String()
+}
+
+// serveOn serves s on l until the test ends, then shuts it down.
+func serveOn(t testing.TB, s *Server, l net.Listener) {
+	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(l) }()
 	t.Cleanup(func() {
@@ -74,7 +81,6 @@ func startServer(t testing.TB, tb Table, cfg Config) (*Server, string) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return s, l.Addr().String()
 }
 
 // dialConn is a gRPC client connection to addr, closed when the test

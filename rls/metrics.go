@@ -16,6 +16,8 @@ import (
 //	dthrottle_rls_connections                 gauge, connections open
 //	dthrottle_rls_connections_accepted_total
 //	dthrottle_rls_connections_rejected_total  closed over MaxConns
+//	dthrottle_rls_connections_stalled_total   closed: an answer not written within RequestTimeout
+//	dthrottle_rls_busy_total                  requests answered RESOURCE_EXHAUSTED over MaxRequests
 //
 // It is safe for concurrent use. The daemon registers it only while the
 // service is on, so that a service turned off exports no series.
@@ -29,8 +31,10 @@ func newCollector(stats func() Stats) prometheus.Collector {
 		connections = metric.Gauge("rls_connections", "Rate limit service connections open.")
 		accepted    = metric.Counter("rls_connections_accepted_total", "Rate limit service connections taken into service.")
 		rejected    = metric.Counter("rls_connections_rejected_total", "Rate limit service connections closed at once because its max_conns were open.")
+		stalled     = metric.Counter("rls_connections_stalled_total", "Rate limit service connections closed because an answer could not be written within the request timeout (5 s): the client's flow-control window was spent, or it read nothing.")
+		busy        = metric.Counter("rls_busy_total", "Requests to the rate limit service (of any method) answered RESOURCE_EXHAUSTED at once because its max_requests were in progress.")
 	)
-	families := []metric.Family{requests, descriptors, connections, accepted, rejected}
+	families := []metric.Family{requests, descriptors, connections, accepted, rejected, stalled, busy}
 	return metric.NewCollector(families, func(emit metric.Emit) {
 		s := stats()
 		emit(requests, float64(s.OK), "ok")
@@ -42,5 +46,7 @@ func newCollector(stats func() Stats) prometheus.Collector {
 		emit(connections, float64(s.Active))
 		emit(accepted, float64(s.Accepted))
 		emit(rejected, float64(s.Rejected))
+		emit(stalled, float64(s.Stalled))
+		emit(busy, float64(s.Busy))
 	})
 }

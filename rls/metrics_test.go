@@ -11,7 +11,7 @@ import (
 )
 
 func TestCollector(t *testing.T) {
-	st := Stats{OK: 40, OverLimit: 5, Bad: 3, DescriptorsOK: 70, DescriptorsOverLimit: 6, Charges: 9,
+	st := Stats{OK: 40, OverLimit: 5, Bad: 3, Busy: 4, Stalled: 7, DescriptorsOK: 70, DescriptorsOverLimit: 6, Charges: 9,
 		Stats: serve.Stats{Active: 2, Accepted: 11, Rejected: 1}}
 	c := newCollector(func() Stats { return st })
 	fams := mt.Gather(t, c)
@@ -26,9 +26,11 @@ func TestCollector(t *testing.T) {
 		mt.Sample{Name: "dthrottle_rls_connections", Kind: gauge, Value: 2},
 		mt.Sample{Name: "dthrottle_rls_connections_accepted_total", Kind: counter, Value: 11},
 		mt.Sample{Name: "dthrottle_rls_connections_rejected_total", Kind: counter, Value: 1},
+		mt.Sample{Name: "dthrottle_rls_connections_stalled_total", Kind: counter, Value: 7},
+		mt.Sample{Name: "dthrottle_rls_busy_total", Kind: counter, Value: 4},
 	)
-	if n := len(fams); n != 5 {
-		t.Errorf("%d families, want 5", n)
+	if n := len(fams); n != 7 {
+		t.Errorf("%d families, want 7", n)
 	}
 	mt.Lint(t, c)
 }

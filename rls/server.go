@@ -19,7 +19,12 @@
 // connection over max_conns is closed at once) and the stop are package
 // serve's, as for every way in. The gRPC server bounds the rest: message
 // size, streams per connection, the time a connection takes to start and
-// a request to arrive, keepalive and idle connections (Config).
+// a request to arrive, keepalive and idle connections (Config). What it
+// does not bound, a watchdog on each connection does (stall.go): an
+// answer the client's flow-control window, or a client that reads
+// nothing, keeps from being written within RequestTimeout closes the
+// connection; and the requests in progress on all connections together
+// are at most MaxRequests.
 //
 // The service decides through a [Table], which *bucket.Table is.
 package rls
@@ -31,9 +36,11 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	"github.com/dthrottle/dthrottle/bucket"
 	"github.com/dthrottle/dthrottle/decide"
@@ -42,7 +49,8 @@ import (
 
 // Defaults for the zero fields of Config.
 const (
-	DefaultMaxConns = 1024
+	DefaultMaxConns    = 1024
+	DefaultMaxRequests = 1024
 	// DefaultChargeKey is the default of dthrottled's [rls] charge_key:
 	// the entry key that makes a descriptor a charge. (Config.ChargeKey
 	// has none: "" there makes no descriptor a charge.)
@@ -73,12 +81,30 @@ const (
 	minPingInterval = 10 * time.Second
 )
 
+// What a connection's buffers hold. Envoy keeps a few connections and
+// sends small requests on them: 8 KiB read at once holds dozens (gRPC's
+// default reads 32 KiB). The write buffer is gRPC's default, 32 KiB,
+// shared between the connections (SharedWriteBuffer), so an idle
+// connection holds none. The windows are the smallest gRPC keeps
+// (64 KiB), and fixed: a request's message is at most 64 KiB, and gRPC
+// would otherwise widen them, up to 16 MiB, for a client that sends fast.
+const (
+	readBufferBytes = 8 << 10
+	windowBytes     = 64 << 10
+)
+
 // Config configures a Server. The zero Config is usable: every zero
 // field takes its default, and charging is off.
 type Config struct {
 	// MaxConns is the most connections served at once; a connection over
 	// it is closed at once. Default DefaultMaxConns.
 	MaxConns int
+	// MaxRequests is the most requests in progress at once, on all
+	// connections together (each at most MaxStreams): one more is
+	// answered RESOURCE_EXHAUSTED at once. A request is in progress from
+	// its headers until its answer is written. Default
+	// DefaultMaxRequests.
+	MaxRequests int
 	// UnmatchedOK answers a descriptor whose tag no prefix policy matches
 	// OK, with no limit and nothing spent, rather than under the default
 	// policy.
@@ -89,7 +115,9 @@ type Config struct {
 	// HandshakeTimeout closes a connection that has not completed the
 	// HTTP/2 handshake within it. RequestTimeout answers
 	// DEADLINE_EXCEEDED to a request not received in full within it of
-	// its headers (or the client's own deadline, if sooner).
+	// its headers (or the client's own deadline, if sooner), and closes
+	// a connection on which an answer cannot be written within it of
+	// the request's headers, or a write waits longer (stall.go).
 	// IdleTimeout closes a connection with no request in progress for
 	// that long (after a GOAWAY). KeepaliveTime is how long a connection
 	// may be silent before the server pings it, and KeepaliveTimeout
@@ -122,6 +150,8 @@ type Stats struct {
 	OK          uint64 // requests answered OK
 	OverLimit   uint64 // requests answered OVER_LIMIT
 	Bad         uint64 // requests answered INVALID_ARGUMENT
+	Busy        uint64 // requests (of any method) answered RESOURCE_EXHAUSTED over MaxRequests
+	Stalled     uint64 // connections closed because an answer could not be written within RequestTimeout
 	// Descriptors of the requests answered, by their status: OK (charges
 	// not included), OVER_LIMIT, and charges applied.
 	DescriptorsOK, DescriptorsOverLimit, Charges uint64
@@ -132,15 +162,18 @@ type Stats struct {
 // is safe for concurrent use; the zero Server is not usable.
 type Server struct {
 	*serve.Server
-	table   Table
-	now     func() time.Time
-	opts    atomic.Pointer[options]
-	timeout time.Duration // RequestTimeout
-	grpc    *grpc.Server
-	health  *health.Server
-	stopped chan struct{} // closed once the health service says NOT_SERVING
+	table       Table
+	now         func() time.Time
+	opts        atomic.Pointer[options]
+	timeout     time.Duration // RequestTimeout
+	maxRequests int64
+	errBusy     error // the answer over maxRequests
+	dog         *watchdog
+	grpc        *grpc.Server
+	health      *health.Server
+	stopped     chan struct{} // closed once the health service says NOT_SERVING
 
-	ok, overLimit, bad       atomic.Uint64
+	ok, overLimit, bad, busy atomic.Uint64
 	descOK, descOver, charge atomic.Uint64
 }
 
@@ -157,7 +190,9 @@ var ServiceName = rlsv3.RateLimitService_ServiceDesc.ServiceName
 // nothing until Serve.
 func New(t Table, cfg Config) *Server {
 	s := &Server{table: t, now: cfg.Clock, timeout: or(cfg.RequestTimeout, DefaultRequestTimeout),
-		stopped: make(chan struct{})}
+		maxRequests: int64(orInt(cfg.MaxRequests, DefaultMaxRequests)), stopped: make(chan struct{})}
+	s.errBusy = status.Errorf(codes.ResourceExhausted, "rls: requests in progress: over %d", s.maxRequests)
+	s.dog = &watchdog{timeout: s.timeout}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -179,17 +214,17 @@ func New(t Table, cfg Config) *Server {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPingInterval, PermitWithoutStream: true}),
 		grpc.InTapHandle(s.tap),
 		grpc.SharedWriteBuffer(true),
+		grpc.ReadBufferSize(readBufferBytes),
+		grpc.InitialWindowSize(windowBytes),
+		grpc.InitialConnWindowSize(windowBytes),
 	)
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, service{Server: s})
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, healthService{s.health, s.stopped})
-	maxConns := cfg.MaxConns
-	if maxConns <= 0 {
-		maxConns = DefaultMaxConns
-	}
-	h := newConnHandler(s.grpc, s.stopHealth)
+	maxConns := orInt(cfg.MaxConns, DefaultMaxConns)
+	h := newConnHandler(s.grpc, s.stopHealth, s.dog)
 	s.Server = serve.New(h, serve.Config{Name: "rate limit service", MaxConns: maxConns, Logger: log})
 	return s
 }
@@ -197,6 +232,13 @@ func New(t Table, cfg Config) *Server {
 func or(d, def time.Duration) time.Duration {
 	if d > 0 {
 		return d
+	}
+	return def
+}
+
+func orInt(n, def int) int {
+	if n > 0 {
+		return n
 	}
 	return def
 }
@@ -211,6 +253,7 @@ func (s *Server) SetOptions(unmatchedOK bool, chargeKey string) {
 // Stats returns the counters.
 func (s *Server) Stats() Stats {
 	return Stats{Stats: s.Server.Stats(), OK: s.ok.Load(), OverLimit: s.overLimit.Load(), Bad: s.bad.Load(),
+		Busy: s.busy.Load(), Stalled: s.dog.stalled.Load(),
 		DescriptorsOK: s.descOK.Load(), DescriptorsOverLimit: s.descOver.Load(), Charges: s.charge.Load()}
 }
 

@@ -388,14 +388,18 @@ func rssKiB(t testing.TB, pid int) int64 {
 }
 
 // readRSS returns the resident memory of process pid (VmRSS), in KiB.
-func readRSS(pid int) (int64, error) {
+func readRSS(pid int) (int64, error) { return readStatusKiB(pid, "VmRSS") }
+
+// readStatusKiB returns the field of /proc/pid/status counted in kB, such
+// as VmRSS or VmHWM (the most resident memory the process has had).
+func readStatusKiB(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
-	m := regexp.MustCompile(`(?m)^VmRSS:\s+(\d+) kB$`).FindSubmatch(b)
+	m := regexp.MustCompile(`(?m)^` + field + `:\s+(\d+) kB$`).FindSubmatch(b)
 	if m == nil {
-		return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+		return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 	}
 	return strconv.ParseInt(string(m[1]), 10, 64)
 }

@@ -24,7 +24,7 @@ func (d *Daemon) openRLS(cfg config.Config) (*way, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := rls.New(d.table, rls.Config{MaxConns: cfg.RLS.MaxConns, UnmatchedOK: cfg.RLS.Unmatched == config.UnmatchedOK,
+	srv := rls.New(d.table, rls.Config{MaxConns: cfg.RLS.MaxConns, MaxRequests: cfg.RLS.MaxRequests, UnmatchedOK: cfg.RLS.Unmatched == config.UnmatchedOK,
 		ChargeKey: cfg.RLS.ChargeKey, Clock: d.now, Logger: d.log})
 	w.srv = srv.Server
 	w.reload = func(next config.Config) {

@@ -12,8 +12,10 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	mt "github.com/dthrottle/dthrottle/internal/metric/metrictest"
 )
@@ -180,4 +182,39 @@ func TestRLSOff(t *testing.T) {
 		t.Fatalf("the service is on %v with none configured", a)
 	}
 	mt.Absent(t, mt.Gather(t, r.collectors()...), "dthrottle_rls_")
+}
+
+// TestRLSMaxRequests: rls.max_requests reaches the service. With 1, a
+// health watch in progress leaves no room: a request is answered
+// RESOURCE_EXHAUSTED at once, and served again once the watch ends.
+func TestRLSMaxRequests(t *testing.T) {
+	r := start(t, withRLS+"max_requests = 1\n", nil)
+	c, h := rlsClient(t, r.RLSAddr().String())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	watchCtx, endWatch := context.WithCancel(ctx)
+	w, err := h.Watch(watchCtx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+	if _, err := c.ShouldRateLimit(ctx, req); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a request beside the watch: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	endWatch()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := c.ShouldRateLimit(ctx, req)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the watch ended: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
