@@ -225,14 +225,14 @@ func (n *Node) receiveRepair(msg wire.Message, p transport.Packet) {
 				break
 			}
 		}
-		known = known || n.relay.Heard(p.From)
 	}
-	if !known {
+	n.mu.Unlock()
+	if !known && !n.relay.Heard(p.From) {
+		n.mu.Lock()
 		n.repairStats.Refused++
 		n.mu.Unlock()
 		return
 	}
-	n.mu.Unlock()
 	key := streamKey{stream: r.Stream}
 	t := n.transport
 	switch r.Stream {
