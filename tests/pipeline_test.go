@@ -2,13 +2,11 @@ package tests
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -73,64 +71,6 @@ func startHAProxyPool(t *testing.T, sock, timeoutMS string) (string, string) {
 	log := filepath.Join(dir, "haproxy.log")
 	runProxy(t, exec.Command(haproxy, "-db", "-f", conf), port, log)
 	return fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), log
-}
-
-// getTagged fetches url with X-Tag: tag (none when empty) and returns the
-// status.
-func getTagged(t *testing.T, hc *http.Client, url, tag string) (int, error) {
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		return 0, err
-	}
-	if tag != "" {
-		req.Header.Set("X-Tag", tag)
-	}
-	res, err := hc.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	return res.StatusCode, nil
-}
-
-// checkConcurrent spends tag "spent" and then sends 24 requests for it
-// and 24 for fresh tags at once: each must get its own answer, 429 for
-// the spent tag and 200 for the others, however the proxy batches or
-// shares its connections.
-func checkConcurrent(t *testing.T, url, log string) {
-	t.Helper()
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	for i := range 4 {
-		code, err := getTagged(t, hc, url, "spent")
-		if err != nil || code != map[bool]int{true: 200, false: 429}[i < 3] {
-			b, _ := os.ReadFile(log)
-			t.Fatalf("spending tag spent, request %d: %d %v\n%s", i+1, code, err, b)
-		}
-	}
-	const n = 24
-	var wg sync.WaitGroup
-	errs := make(chan string, 2*n)
-	for i := range 2 * n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tag, want := "spent", 429
-			if i%2 == 1 {
-				tag, want = fmt.Sprintf("fresh-%d", i), 200
-			}
-			code, err := getTagged(t, hc, url, tag)
-			if err != nil || code != want {
-				errs <- fmt.Sprintf("tag %s: %d %v, want %d", tag, code, err, want)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		b, _ := os.ReadFile(log)
-		t.Fatalf("concurrent requests: %s\nlog:\n%s", e, b)
-	}
 }
 
 // checkResumes starts a dthrottled again on sock, stopped before, and
