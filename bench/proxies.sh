@@ -3,14 +3,15 @@
 # small static response to wrk with 64 concurrent keep-alive connections,
 # side by side in one run. For each proxy two servers run at once on their
 # own loopback ports: "off", the proxy alone, and "on", the ready-to-copy
-# configuration of contrib/ (nginx auth_request and Caddy forward_auth to
-# the HTTP decision endpoint; nginx's Lua module and HAProxy's Lua action
-# over the Unix socket; nginx deciding in process from the shared table,
-# contrib/nginx/dthrottle-shared.conf with libdthrottle through LuaJIT's
-# FFI, and natively, contrib/nginx/dthrottle-module.conf with
-# ngx_http_dthrottle_module; HAProxy likewise,
-# contrib/haproxy/haproxy-shared.cfg with its Lua C module
-# dthrottle_shared.so), every request
+# configuration of contrib/ (each server's recommended way: nginx's
+# native module, contrib/nginx/dthrottle-module.conf with
+# ngx_http_dthrottle_module, and HAProxy's Lua C module,
+# contrib/haproxy/haproxy-shared.cfg with dthrottle_shared.so, both
+# deciding in process from the shared table; each server's way that
+# needs no build: nginx auth_request and Caddy forward_auth to the HTTP
+# decision endpoint, HAProxy's SPOE to dthrottled's agent,
+# contrib/haproxy/haproxy-spoe.cfg; and OpenResty's, the shared table
+# through LuaJIT's FFI, contrib/nginx/dthrottle-shared.conf), every request
 # spending a token of a tag that is never exhausted (burst 1,000,000, rate
 # 1e9). Beside them, the proxies' own limiters, as anchors of what a
 # limiter inside the proxy costs: nginx's limit_req (a zone keyed by
@@ -19,10 +20,14 @@
 # and nginx running an empty access_by_lua_block, HAProxy a Lua converter
 # that answers true, what any Lua costs them before it decides anything.
 # Runs are interleaved (nginx off, nginx on, caddy off, ...), each round
-# starting one further on, so the machine's load falls on all alike. Printed: requests/s and the 99th
-# percentile latency of each run, and the proxy's own CPU time per request
-# (dthrottled's not counted), then the median requests/s of each, the
-# ratio to the same proxy alone, and the median CPU per request of both.
+# starting one further on, so the machine's load falls on all alike.
+# Printed: requests/s and the 99th percentile latency of each run, and the
+# proxy's own CPU time per request (dthrottled's not counted;
+# bench/spoe-cpu.sh counts it for SPOE); how many requests the shared
+# paths decided in process and the SPOE agent answered, against wrk's
+# counts, so that a request served unasked would show; then the median
+# requests/s of each, the ratio to the same proxy alone, and the median
+# CPU per request of both.
 # On two cores shared with wrk, and with other work, requests/s swing by
 # tens of percent from run to run; CPU per request swings less. Apache:
 # bench/apache.sh.
@@ -41,7 +46,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5s}
 CONNS=${CONNS:-64}
-BASE=${BASE:-28080} # ports BASE to BASE+18 on 127.0.0.1, below the ephemeral range
+BASE=${BASE:-28080} # ports BASE to BASE+19 on 127.0.0.1, below the ephemeral range
 
 for tool in /usr/sbin/nginx caddy /usr/sbin/haproxy wrk cc make; do
 	command -v "$tool" >/dev/null || { echo "proxies.sh: $tool not found (apt-get install -y nginx libnginx-mod-http-lua caddy haproxy wrk gcc make liblua5.3-dev)" >&2; exit 1; }
@@ -70,18 +75,23 @@ burst = 1000000
 [http]
 listen = "127.0.0.1:$((BASE + 7))"
 refuse_status = 429
+[spoe]
+listen = "127.0.0.1:$((BASE + 8))"
+[admin]
+http = "127.0.0.1:$((BASE + 19))"
 TOML
 "$tmp/dthrottled" -config "$tmp/dthrottle.toml" 2>"$tmp/dthrottled.log" &
 pids+=($!)
 
 # Ports: nginx BASE+1 (off) BASE+2 (on, auth_request) BASE+9 (on, shared
-# table) BASE+10 (limit_req) BASE+12 (an empty access_by_lua) BASE+17
-# (the native module; its worker's counters BASE+18), all in one
-# nginx, and BASE+8 (on, Lua) in a second one (each conf has an http
-# block's init_by_lua); caddy BASE+3 BASE+4 (fail-open BASE+5), haproxy
-# BASE+6 BASE+0 BASE+11 (stick table) BASE+14 (shared table) BASE+15 (a Lua
-# converter answering true); dthrottled's HTTP endpoint BASE+7; the shared
-# paths' counters BASE+13 (nginx) BASE+16 (HAProxy).
+# table through the FFI) BASE+10 (limit_req) BASE+12 (an empty
+# access_by_lua) BASE+17 (the native module; its worker's counters
+# BASE+18), all in one nginx; caddy BASE+3 BASE+4 (fail-open BASE+5);
+# haproxy BASE+6 (off) BASE+14 (shared table) BASE+0 (SPOE) BASE+11
+# (stick table) BASE+15 (a Lua converter answering true), all in one
+# HAProxy; dthrottled's HTTP endpoint BASE+7, SPOE agent BASE+8, admin
+# endpoint BASE+19; the shared paths' counters BASE+13 (nginx) BASE+16
+# (HAProxy).
 sed -e "s|listen 8080;|listen 127.0.0.1:$((BASE + 2));|" -e "s|root /var/www/html;|root $tmp/www;|" \
 	-e "s|server 127.0.0.1:7072;|server 127.0.0.1:$((BASE + 7));|" contrib/nginx/dthrottle.conf >"$tmp/nginx-on.conf"
 sed -e "s|listen 8080;|listen 127.0.0.1:$((BASE + 9));|" -e "s|root /var/www/html;|root $tmp/www;|" \
@@ -91,8 +101,6 @@ sed -e "s|listen 8080;|listen 127.0.0.1:$((BASE + 9));|" -e "s|root /var/www/htm
 sed -e "s|listen 8080;|listen 127.0.0.1:$((BASE + 17));|" -e "s|root /var/www/html;|root $tmp/www;|" \
 	-e "s|/run/dthrottle/dthrottle.sock|$tmp/d.sock|" contrib/nginx/dthrottle-module.conf >"$tmp/nginx-module.conf"
 echo "server { listen 127.0.0.1:$((BASE + 18)); location / { dthrottle_stats; } }" >>"$tmp/nginx-module.conf"
-sed -e "s|/etc/nginx/dthrottle/|$PWD/contrib/nginx/|" -e "s|unix:/run/dthrottle/dthrottle.sock|unix:$tmp/d.sock|" \
-	-e "s|rate = 1,|rate = 1e9,|" -e "s|burst = 20,|burst = 1000000,|" contrib/nginx/dthrottle-lua.conf >"$tmp/nginx-lua.conf"
 # nginx_conf NAME INCLUDES...: an nginx.conf for one worker, its pid and
 # error log named NAME, including the files given.
 nginx_conf() {
@@ -143,24 +151,10 @@ server {
     }
 }
 NGINX
-cat >"$tmp/nginx-lua-server.conf" <<NGINX
-server {
-    listen 127.0.0.1:$((BASE + 8));
-    root $tmp/www;
-    location / {
-        access_by_lua_block { require("dthrottle").access(ngx.var.remote_addr) }
-        try_files \$uri =404;
-    }
-}
-NGINX
 nginx_conf nginx "$tmp/nginx-servers.conf" "$tmp/nginx-on.conf" "$tmp/nginx-shared.conf" "$tmp/nginx-module.conf" >"$tmp/nginx.conf"
-nginx_conf nginx-lua "$tmp/nginx-lua.conf" "$tmp/nginx-lua-server.conf" >"$tmp/nginx-lua-main.conf"
 /usr/sbin/nginx -p "$tmp" -c "$tmp/nginx.conf" -g 'daemon off;' 2>"$tmp/nginx.log" &
 pids+=($!)
 nginx_master=$!
-/usr/sbin/nginx -p "$tmp" -c "$tmp/nginx-lua-main.conf" -g 'daemon off;' 2>"$tmp/nginx-lua.log" &
-pids+=($!)
-nginx_lua_master=$!
 
 sed -e "s|:8080 {|http://127.0.0.1:$((BASE + 4)) {|" -e "s|root \* /var/www/html|root * $tmp/www|" \
 	-e "s|127.0.0.1:7073|127.0.0.1:$((BASE + 5))|" -e "s|forward_auth 127.0.0.1:7072 |forward_auth 127.0.0.1:$((BASE + 7)) |" \
@@ -176,27 +170,26 @@ HOME=$tmp XDG_DATA_HOME=$tmp XDG_CONFIG_HOME=$tmp caddy run --config "$tmp/Caddy
 pids+=($!)
 caddy_pid=$!
 
-# One HAProxy serves haproxy.cfg's frontend, and beside it HAProxy alone,
-# the stick table, and haproxy-shared.cfg's decision: its global lines
-# follow haproxy.cfg's (presetenv keeps the first value of a setting both
-# give), its http-request lines make a frontend of their own.
-sed -n '/^global/,/^$/p' contrib/haproxy/haproxy-shared.cfg | grep -E '^ +(presetenv|lua-prepend-path|lua-load-per-thread) ' |
-	sed -e "s|/run/dthrottle/dthrottle.sock|$tmp/d.sock|" -e "s|/usr/local/lib/lua/5.3/|$tmp/haproxy-mod/|" \
-		-e "s|/etc/haproxy/dthrottle_shared.lua|$PWD/contrib/haproxy/dthrottle_shared.lua|" >"$tmp/haproxy-shared-global"
+# One HAProxy serves haproxy-shared.cfg as shipped, and beside it HAProxy
+# alone, SPOE (haproxy-spoe.cfg's frontend lines and its agent's
+# backend), the stick table, a Lua converter answering true, and the
+# shared path's counters.
 cat >"$tmp/luahook.lua" <<'LUA'
 core.register_converters("bench_true", function() return true end)
 LUA
-echo "    lua-load-per-thread $tmp/luahook.lua" >>"$tmp/haproxy-shared-global"
-sed -e "s|/run/dthrottle/dthrottle.sock|$tmp/d.sock|" -e "s|lua-load /etc/haproxy/dthrottle.lua|lua-load $tmp/dthrottle.lua|" \
-	-e "s|bind :8080|bind 127.0.0.1:$((BASE + 0))|" contrib/haproxy/haproxy.cfg |
-	awk -v f="$tmp/haproxy-shared-global" '{ print } /^    lua-load / { while ((getline l < f) > 0) print l }' >"$tmp/haproxy.cfg"
-cp contrib/haproxy/dthrottle.lua "$tmp/dthrottle.lua"
+sed -e "s|/run/dthrottle/dthrottle.sock|$tmp/d.sock|" -e "s|/usr/local/lib/lua/5.3/|$tmp/haproxy-mod/|" \
+	-e "s|/etc/haproxy/dthrottle_shared.lua|$PWD/contrib/haproxy/dthrottle_shared.lua|" \
+	-e "/^    lua-load-per-thread /a\\    lua-load-per-thread $tmp/luahook.lua" \
+	-e "s|bind :8080|bind 127.0.0.1:$((BASE + 14))|" contrib/haproxy/haproxy-shared.cfg >"$tmp/haproxy.cfg"
+sed -e "s|/etc/haproxy/spoe-dthrottle.conf|$PWD/contrib/haproxy/spoe-dthrottle.conf|" contrib/haproxy/haproxy-spoe.cfg >"$tmp/haproxy-spoe.cfg"
 cat >>"$tmp/haproxy.cfg" <<HAPROXY
 
-frontend shared
-    bind 127.0.0.1:$((BASE + 14))
-$(grep -E '^    http-request (lua\.dthrottle_resolve|return status 429)' contrib/haproxy/haproxy-shared.cfg)
+frontend spoe
+    bind 127.0.0.1:$((BASE + 0))
+$(grep -E '^    (filter spoe|http-request send-spoe-group|http-request return status 429)' "$tmp/haproxy-spoe.cfg")
     default_backend app
+
+$(sed -n '/^backend dthrottle-agent/,$p' "$tmp/haproxy-spoe.cfg" | sed -e "s|127.0.0.1:7074|127.0.0.1:$((BASE + 8))|")
 
 frontend luahook
     bind 127.0.0.1:$((BASE + 15))
@@ -223,8 +216,8 @@ HAPROXY
 pids+=($!)
 haproxy_pid=$!
 
-names=(nginx-off nginx-on nginx-lua nginx-shared nginx-module nginx-limitreq nginx-luahook caddy-off caddy-on haproxy-off haproxy-on haproxy-stick haproxy-shared haproxy-luahook)
-ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 8)) $((BASE + 9)) $((BASE + 17)) $((BASE + 10)) $((BASE + 12)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0)) $((BASE + 11)) $((BASE + 14)) $((BASE + 15)))
+names=(nginx-off nginx-on nginx-shared nginx-module nginx-limitreq nginx-luahook caddy-off caddy-on haproxy-off haproxy-spoe haproxy-stick haproxy-shared haproxy-luahook)
+ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 9)) $((BASE + 17)) $((BASE + 10)) $((BASE + 12)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0)) $((BASE + 11)) $((BASE + 14)) $((BASE + 15)))
 bench_await proxies.sh "${ports[@]}"
 # Every server must be throttling (or limiting) as it should: a tag
 # refused here would make its figures those of a refusal.
@@ -243,21 +236,29 @@ grep -q 'dthrottle: attached to .*: deciding in process' "$tmp/haproxy.log" || {
 # worker, Caddy's and HAProxy's process), not dthrottled's. The servers of
 # one proxy share a process, so its paths are compared on the same one.
 nginx_worker=$(pgrep -P "$nginx_master")
-nginx_lua_worker=$(pgrep -P "$nginx_lua_master")
-cpu_pids=("$nginx_worker" "$nginx_worker" "$nginx_lua_worker" "$nginx_worker" "$nginx_worker" "$nginx_worker" "$nginx_worker"
+cpu_pids=("$nginx_worker" "$nginx_worker" "$nginx_worker" "$nginx_worker" "$nginx_worker" "$nginx_worker"
 	"$caddy_pid" "$caddy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid")
+# The messages dthrottled's SPOE agent answered: a request SPOE served
+# unasked (failed open) would show as a shortfall against wrk's count.
+spoe_messages() { curl -s "http://127.0.0.1:$((BASE + 19))/metrics" | awk '/^dthrottle_spoe_messages_total/ {s += $2} END {printf "%d", s}'; }
 echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); wrk -t2 -c$CONNS -d$DURATION --latency"
 for r in $(seq "$ROUNDS"); do
 	# Each round starts one server further on, so that none always runs
 	# first (after the others' load) or last.
 	for k in "${!names[@]}"; do
 		i=$(((k + r - 1) % ${#names[@]}))
+		spoe_before=$(spoe_messages)
 		bench_wrk_cpu "${cpu_pids[$i]}" "${ports[$i]}"
+		spoe_after=$(spoe_messages)
 		printf 'round %d  %-14s %10.0f req/s  p99 %-8s proxy CPU %s us/request%s\n' "$r" "${names[$i]}" "$rps" "$p99" "$cpu" "${errs:+  non-2xx $errs}"
 		echo "${names[$i]} $rps $p99 $cpu" >>"$tmp/results"
 		[ "${names[$i]}" = nginx-shared ] && shared_reqs=$((${shared_reqs:-0} + reqs))
 		[ "${names[$i]}" = nginx-module ] && module_reqs=$((${module_reqs:-0} + reqs))
 		[ "${names[$i]}" = haproxy-shared ] && haproxy_shared_reqs=$((${haproxy_shared_reqs:-0} + reqs))
+		if [ "${names[$i]}" = haproxy-spoe ]; then
+			spoe_reqs=$((${spoe_reqs:-0} + reqs))
+			spoe_msgs=$((${spoe_msgs:-0} + spoe_after - spoe_before))
+		fi
 	done
 done
 # Every request to nginx-shared was decided in its worker, bar the first,
@@ -267,12 +268,15 @@ echo "nginx-shared: $(curl -s "http://127.0.0.1:$((BASE + 13))/") (wrk counted $
 # process.
 echo "nginx-module: $(curl -s "http://127.0.0.1:$((BASE + 18))/") (wrk counted $module_reqs requests)"
 echo "haproxy-shared: $(curl -s "http://127.0.0.1:$((BASE + 16))/") (wrk counted $haproxy_shared_reqs requests)"
+# SPOE asks on every request: the agent answered each one, or it failed open.
+echo "haproxy-spoe: $spoe_msgs messages answered by dthrottled's agent (wrk counted $spoe_reqs requests)"
 echo
 echo "| proxy | off req/s (median) | on req/s (median) | on/off | p99 off / on (median) | proxy CPU us/request off / on (median) |"
 echo "|---|---|---|---|---|---|"
-for row in "nginx, auth_request:nginx-off:nginx-on" "nginx, Lua:nginx-off:nginx-lua" "nginx, shared table:nginx-off:nginx-shared" \
+for row in "nginx, auth_request:nginx-off:nginx-on" "nginx, shared table through the FFI (OpenResty):nginx-off:nginx-shared" \
 	"nginx, shared table, native module:nginx-off:nginx-module" \
-	"nginx, limit_req (its own):nginx-off:nginx-limitreq" "nginx, empty access_by_lua:nginx-off:nginx-luahook" "caddy:caddy-off:caddy-on" "haproxy:haproxy-off:haproxy-on" \
+	"nginx, limit_req (its own):nginx-off:nginx-limitreq" "nginx, empty access_by_lua:nginx-off:nginx-luahook" "caddy, forward_auth:caddy-off:caddy-on" \
+	"haproxy, SPOE:haproxy-off:haproxy-spoe" \
 	"haproxy, stick table (its own):haproxy-off:haproxy-stick" "haproxy, shared table:haproxy-off:haproxy-shared" \
 	"haproxy, a Lua converter answering true:haproxy-off:haproxy-luahook"; do
 	IFS=: read -r p offn onn <<<"$row"

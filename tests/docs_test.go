@@ -66,14 +66,15 @@ func (p docPage) prose() map[int]string {
 }
 
 var (
-	mdLink    = regexp.MustCompile(`\]\(([^)\s]+)\)`)
-	mdHeading = regexp.MustCompile(`^#{1,6} +(.*)$`)
-	notInSlug = regexp.MustCompile(`[^\p{L}\p{N} _-]`)
+	mdLink     = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	mdHeading  = regexp.MustCompile(`^#{1,6} +(.*)$`)
+	htmlAnchor = regexp.MustCompile(`<a (?:id|name)="([^"]+)"`)
+	notInSlug  = regexp.MustCompile(`[^\p{L}\p{N} _-]`)
 )
 
 // anchors returns the anchors of a page's headings, as GitHub makes them:
 // lower case, punctuation dropped, spaces made hyphens, "-1" and so on
-// after a repeated one.
+// after a repeated one; and those a page sets itself, <a id="x"></a>.
 func anchors(p docPage) map[string]bool {
 	out := map[string]bool{}
 	seen := map[string]int{}
@@ -82,8 +83,14 @@ func anchors(p docPage) map[string]bool {
 		if strings.HasPrefix(strings.TrimSpace(l), "```") {
 			fenced = !fenced
 		}
+		if fenced {
+			continue
+		}
+		for _, a := range htmlAnchor.FindAllStringSubmatch(l, -1) {
+			out[a[1]] = true
+		}
 		m := mdHeading.FindStringSubmatch(l)
-		if fenced || m == nil {
+		if m == nil {
 			continue
 		}
 		slug := strings.ReplaceAll(notInSlug.ReplaceAllString(strings.ToLower(strings.TrimSpace(m[1])), ""), " ", "-")

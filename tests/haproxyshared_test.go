@@ -224,6 +224,34 @@ func TestHAProxySharedSocketOnly(t *testing.T) {
 	}
 }
 
+// TestHAProxySharedIdle: a kept connection that sat in a thread's pool
+// past half the timeout is never used, so no query is sent twice (HAProxy
+// reports a connection it timed out while idle as one the daemon closed,
+// after the line went out): against a daemon that shares nothing, a
+// tag's requests spaced wider than the timeout spend one token each, and
+// exactly the burst is served.
+func TestHAProxySharedIdle(t *testing.T) {
+	t.Parallel()
+	mod := buildHAProxyShared(t)
+	d := startDaemon(t, fmt.Sprintf(sharedDaemonConfig, "share_table = false"))
+	p := startHAProxyShared(t, d.sock, mod, "presetenv DTHROTTLE_TIMEOUT_MS 2000", "presetenv DTHROTTLE_TIMEOUT_MS 100")
+	served := 0
+	for range 5 {
+		res, err := hsGet(p.url, "idle", true)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, p.output())
+		}
+		if res.StatusCode == http.StatusOK {
+			served++
+		}
+		// The gap is the test's subject, not a wait for an event.
+		time.Sleep(150 * time.Millisecond)
+	}
+	if served != 3 {
+		t.Errorf("served %d of 5 requests spaced past the timeout, want the burst, 3\n%s", served, p.output())
+	}
+}
+
 // hsLoad counts what a load of requests got: served, refused, failed.
 type hsLoad struct {
 	ok, refused, errs atomic.Int64

@@ -162,7 +162,7 @@ dry_run = true
 }
 
 // TestNginxModuleBadTagAllow: with dthrottle_bad_tag allow, the bad tags
-// TestNginxModuleTags sees refused are served, as the Lua path's
+// TestNginxModuleTags sees refused are served, as dthrottle_shared.lua's
 // bad_tag = "allow" serves them: still counted bad, logged, and never
 // sent. Other tags are throttled as before.
 func TestNginxModuleBadTagAllow(t *testing.T) {

@@ -9,17 +9,21 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// The proxy tests run nginx, Caddy and HAProxy from Debian's packages with
-// the ready-to-copy configurations of contrib/, on temporary ports, in
-// front of a one-file site, asking a dthrottled with a burst of 3: three
+// The proxy tests run the proxies from Debian's packages with the
+// ready-to-copy configurations of contrib/, on temporary ports, in front
+// of a one-file site, asking a dthrottled with a burst of 3: three
 // requests are served, the fourth gets 429 with Retry-After and the
 // RateLimit headers; with dthrottled stopped, every request is served
-// again at once (fail open).
+// again at once (fail open). This file holds the ways that need no build
+// over HTTP (nginx's auth_request, Caddy's forward_auth) and what the
+// tests of the other ways share with them (the modules, the shared-table
+// paths, SPOE).
 
 const proxyDaemonConfig = `[listen]
 unix = "%%SOCK%%"
@@ -156,6 +160,64 @@ func checkThrottled(t *testing.T, url string, d *daemon, log string) {
 	}
 }
 
+// getTagged fetches url with X-Tag: tag (none when empty) and returns the
+// status.
+func getTagged(t *testing.T, hc *http.Client, url, tag string) (int, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	if tag != "" {
+		req.Header.Set("X-Tag", tag)
+	}
+	res, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode, nil
+}
+
+// checkConcurrent spends tag "spent" and then sends 24 requests for it
+// and 24 for fresh tags at once: each must get its own answer, 429 for
+// the spent tag and 200 for the others, however the proxy batches or
+// shares its connections.
+func checkConcurrent(t *testing.T, url, log string) {
+	t.Helper()
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	for i := range 4 {
+		code, err := getTagged(t, hc, url, "spent")
+		if err != nil || code != map[bool]int{true: 200, false: 429}[i < 3] {
+			b, _ := os.ReadFile(log)
+			t.Fatalf("spending tag spent, request %d: %d %v\n%s", i+1, code, err, b)
+		}
+	}
+	const n = 24
+	var wg sync.WaitGroup
+	errs := make(chan string, 2*n)
+	for i := range 2 * n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tag, want := "spent", 429
+			if i%2 == 1 {
+				tag, want = fmt.Sprintf("fresh-%d", i), 200
+			}
+			code, err := getTagged(t, hc, url, tag)
+			if err != nil || code != want {
+				errs <- fmt.Sprintf("tag %s: %d %v, want %d", tag, code, err, want)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		b, _ := os.ReadFile(log)
+		t.Fatalf("concurrent requests: %s\nlog:\n%s", e, b)
+	}
+}
+
 func TestNginx(t *testing.T) {
 	nginx := requireSbin(t, "nginx")
 	d, httpAddr := startHTTPDaemon(t, fmt.Sprintf(proxyDaemonConfig, 403))
@@ -191,78 +253,8 @@ func TestCaddy(t *testing.T) {
 	checkThrottled(t, fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), d, log)
 }
 
-func TestHAProxy(t *testing.T) {
-	haproxy := requireSbin(t, "haproxy")
-	d := startDaemon(t, fmt.Sprintf(proxyDaemonConfig, 403))
-	dir, _ := proxySite(t)
-	port := freePort(t)
-	lua := filepath.Join(dir, "dthrottle.lua")
-	must(t, os.WriteFile(lua, []byte(contribConfig(t, "haproxy/dthrottle.lua")), 0o644))
-	cfg := contribConfig(t, "haproxy/haproxy.cfg",
-		"presetenv DTHROTTLE_SOCKET /run/dthrottle/dthrottle.sock", "presetenv DTHROTTLE_SOCKET "+d.sock,
-		// 5 ms is the production figure; a test machine under load may
-		// take longer, and a query that times out is served, not refused.
-		"presetenv DTHROTTLE_TIMEOUT_MS 5", "presetenv DTHROTTLE_TIMEOUT_MS 500",
-		"presetenv DTHROTTLE_RATE 1", "presetenv DTHROTTLE_RATE 0.001",
-		"presetenv DTHROTTLE_BURST 10", "presetenv DTHROTTLE_BURST 3",
-		"lua-load /etc/haproxy/dthrottle.lua", "lua-load "+lua,
-		"bind :8080", fmt.Sprintf("bind 127.0.0.1:%d", port))
-	conf := filepath.Join(dir, "haproxy.cfg")
-	must(t, os.WriteFile(conf, []byte(cfg), 0o644))
-	log := filepath.Join(dir, "haproxy.log")
-	runProxy(t, exec.Command(haproxy, "-db", "-f", conf), port, log)
-	checkThrottled(t, fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), d, log)
-}
-
 // nginxLuaModules are Debian's libnginx-mod-http-lua, loaded by full path.
 var nginxLuaModules = []string{"/usr/lib/nginx/modules/ndk_http_module.so", "/usr/lib/nginx/modules/ngx_http_lua_module.so"}
-
-// TestNginxLua runs nginx with contrib/nginx's Lua module, which asks
-// dthrottled in the line protocol over a pool of kept-alive Unix socket
-// connections per worker: the faster path.
-func TestNginxLua(t *testing.T) {
-	nginx := requireSbin(t, "nginx")
-	for _, m := range nginxLuaModules {
-		if _, err := os.Stat(m); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s (libnginx-mod-http-lua) is required under CI=true: %v", m, err)
-			}
-			t.Skipf("libnginx-mod-http-lua not installed: %v", err)
-		}
-	}
-	d := startDaemon(t, fmt.Sprintf(proxyDaemonConfig, 403))
-	// nginx's workers run as another user: let them reach the socket.
-	for p := filepath.Dir(d.sock); p != filepath.Dir(p) && strings.HasPrefix(p, os.TempDir()+"/"); p = filepath.Dir(p) {
-		must(t, os.Chmod(p, 0o755))
-	}
-	dir, www := proxySite(t)
-	lua, err := filepath.Abs("../contrib/nginx")
-	must(t, err)
-	port := freePort(t)
-	httpPart := contribConfig(t, "nginx/dthrottle-lua.conf",
-		"/etc/nginx/dthrottle/", lua+"/",
-		"unix:/run/dthrottle/dthrottle.sock", "unix:"+d.sock,
-		"rate = 1,", "rate = 0.001,",
-		// 50 ms is the production figure; a loaded test machine may take
-		// longer, and a query that times out is served, not refused.
-		"burst = 20,", "burst = 3, timeout = 500,")
-	var load strings.Builder
-	for _, m := range nginxLuaModules {
-		fmt.Fprintf(&load, "load_module %s;\n", m)
-	}
-	writeNginxConf(t, dir, load.String(), "", fmt.Sprintf(`%[2]s
-    server {
-        listen 127.0.0.1:%[1]d;
-        root %[3]s;
-        location / {
-            access_by_lua_block { require("dthrottle").access(ngx.var.remote_addr) }
-            try_files $uri =404;
-        }
-    }
-`, port, httpPart, www))
-	runProxy(t, exec.Command(nginx, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;"), port, filepath.Join(dir, "stderr.log"))
-	checkThrottled(t, fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port), d, filepath.Join(dir, "error.log"))
-}
 
 // writeNginxConf writes dir/nginx.conf for an nginx run by a test: head
 // first (load_module lines), one worker, its error log at level (empty:

@@ -53,7 +53,7 @@
 --         DTHROTTLE_BAD_TAG allow), logged once per thread.
 -- A refusal the table did not decide (asked, fail closed, a bad tag) has
 -- no bucket to read: its headers are computed from DTHROTTLE_RATE and
--- DTHROTTLE_BURST, as the other Lua files do (approximate).
+-- DTHROTTLE_BURST (approximate).
 --
 -- Attaching blocks for one exchange with the daemon on its Unix socket
 -- (dt_open, dt_reattach), a few tens of microseconds. It runs only from a

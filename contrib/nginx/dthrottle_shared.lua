@@ -1,9 +1,10 @@
--- dthrottle_shared.lua: nginx (lua-nginx-module, Debian's
--- libnginx-mod-http-lua) decides dthrottled's queries in each worker, from
--- the table the daemon shares over its Unix socket (docs/shared-table.md),
--- through LuaJIT's FFI and libdthrottle (contrib/libdthrottle). A tag the
--- table holds costs a hash, a probe and one compare-and-swap in the
--- worker's own address space: no system call, no lock, nothing sent.
+-- dthrottle_shared.lua: OpenResty (or nginx with lua-nginx-module,
+-- Debian's libnginx-mod-http-lua) decides dthrottled's queries in each
+-- worker, from the table the daemon shares over its Unix socket
+-- (docs/shared-table.md), through LuaJIT's FFI and libdthrottle
+-- (contrib/libdthrottle). A tag the table holds costs a hash, a probe
+-- and one compare-and-swap in the worker's own address space: no system
+-- call, no lock, nothing sent.
 --
 -- In the http block (see dthrottle-shared.conf):
 --   lua_package_path "/etc/nginx/dthrottle/?.lua;;";
@@ -42,7 +43,7 @@
 --           timer attaches again once the daemon answers on its socket.
 -- A refusal the table did not decide itself (asked, fail closed, a bad
 -- tag) has no bucket to read: its headers are computed from rate and
--- burst, as the other Lua files do (approximate).
+-- burst (approximate).
 --
 -- Attaching blocks: dt_open and dt_reattach connect to the local Unix
 -- socket and exchange one line with the daemon, a few tens of

@@ -2,9 +2,8 @@
 /*
  * ngx_http_dthrottle_conn.c: the worker's one connection to dthrottled,
  * made without blocking (ngx_event_connect_peer) by its first ask and kept
- * between asks, and the asks pipelined on it, as the Lua path's
- * dthrottle_pipeline.lua does (ngx_http_dthrottle_ask.c queues them and
- * resumes their requests):
+ * between asks, and the asks pipelined on it (ngx_http_dthrottle_ask.c
+ * queues them and resumes their requests):
  *
  *  - An ask puts its line in the out buffer and takes the next place in a
  *    ring of NGX_HTTP_DTHROTTLE_QUEUE, with a timer of its own (its
