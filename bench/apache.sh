@@ -69,13 +69,13 @@ go build -o "$tmp/dthrottled" ./cmd/dthrottled
 go build -o "$tmp/dthrottle" ./cmd/dthrottle
 # The module with libdthrottle compiled in, built in a copy of both
 # directories (apxs leaves its objects beside the sources).
-mkdir -p "$tmp/mod/apache" "$tmp/mod/libdthrottle"
-cp contrib/apache/*.c contrib/apache/*.h contrib/apache/mod_dthrottle.map "$tmp/mod/apache/"
-cp contrib/libdthrottle/libdthrottle.c contrib/libdthrottle/dthrottle_*.[ch] "$tmp/mod/libdthrottle/"
-(cd "$tmp/mod/apache" && apxs -c -Wc,-Wall -Wc,-Werror -Wc,-O2 -Wl,-Wl,--version-script=mod_dthrottle.map \
+mkdir -p "$tmp/mod/contrib/apache" "$tmp/mod/libdthrottle"
+cp contrib/apache/*.c contrib/apache/*.h contrib/apache/mod_dthrottle.map "$tmp/mod/contrib/apache/"
+cp libdthrottle/libdthrottle.c libdthrottle/dthrottle_*.[ch] "$tmp/mod/libdthrottle/"
+(cd "$tmp/mod/contrib/apache" && apxs -c -Wc,-Wall -Wc,-Werror -Wc,-O2 -Wl,-Wl,--version-script=mod_dthrottle.map \
 	mod_dthrottle.c dthrottle_client.c dthrottle_target.c dthrottle_status.c dthrottle_shared.c \
-	../libdthrottle/libdthrottle.c >build.log 2>&1) ||
-	{ cat "$tmp/mod/apache/build.log" >&2; exit 1; }
+	../../libdthrottle/libdthrottle.c >build.log 2>&1) ||
+	{ cat "$tmp/mod/contrib/apache/build.log" >&2; exit 1; }
 
 cat >"$tmp/floor.c" <<'C'
 /* floor: answer "OK\n" to every line, on a Unix socket, one thread. */
@@ -172,7 +172,7 @@ LoadModule authz_core_module $MODULES/mod_authz_core.so
 LoadModule dir_module $MODULES/mod_dir.so
 LoadModule rewrite_module $MODULES/mod_rewrite.so
 LoadModule headers_module $MODULES/mod_headers.so
-LoadModule dthrottle_module $tmp/mod/apache/.libs/mod_dthrottle.so
+LoadModule dthrottle_module $tmp/mod/contrib/apache/.libs/mod_dthrottle.so
 $user
 Listen 127.0.0.1:$port
 PidFile $dir/httpd.pid

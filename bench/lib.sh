@@ -102,7 +102,7 @@ bench_medians() {
 # sources, so that the tree stays clean.
 bench_haproxy_module() {
 	mkdir "$tmp/libdthrottle" "$tmp/haproxy-mod"
-	cp contrib/libdthrottle/Makefile contrib/libdthrottle/*.[ch] "$tmp/libdthrottle/"
+	cp libdthrottle/Makefile libdthrottle/*.[ch] "$tmp/libdthrottle/"
 	make -s -C "$tmp/libdthrottle" libdthrottle.so >"$tmp/make.log" 2>&1 || { cat "$tmp/make.log" >&2; exit 1; }
 	cp contrib/haproxy/Makefile contrib/haproxy/dthrottle_shared.c "$tmp/haproxy-mod/"
 	make -s -C "$tmp/haproxy-mod" LIBDT="$tmp/libdthrottle" dthrottle_shared.so >"$tmp/make.log" 2>&1 || { cat "$tmp/make.log" >&2; exit 1; }

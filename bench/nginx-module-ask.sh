@@ -50,13 +50,12 @@ cp contrib/nginx/module/ngx_http_dthrottle_module.so "$tmp/new.so"
 if [ -n "${OLD_SO:-}" ]; then
 	cp "$OLD_SO" "$tmp/old.so"
 else
-	mkdir -p "$tmp/old/nginx/module" "$tmp/old/libdthrottle"
-	for f in $(git ls-tree --name-only "$BASE_REV" contrib/nginx/module/); do
-		git show "$BASE_REV:$f" >"$tmp/old/nginx/module/${f##*/}"
-	done
-	git archive "$BASE_REV" contrib/libdthrottle | tar -x -C "$tmp/old/libdthrottle" --strip-components=2
-	make -s -C "$tmp/old/nginx/module" >"$tmp/old-build.log" 2>&1 || { cat "$tmp/old-build.log" >&2; exit 1; }
-	cp "$tmp/old/nginx/module/ngx_http_dthrottle_module.so" "$tmp/old.so"
+	# BASE_REV's whole tree, so the module finds libdthrottle where that
+	# revision kept it.
+	mkdir -p "$tmp/old"
+	git archive "$BASE_REV" | tar -x -C "$tmp/old"
+	make -s -C "$tmp/old/contrib/nginx/module" >"$tmp/old-build.log" 2>&1 || { cat "$tmp/old-build.log" >&2; exit 1; }
+	cp "$tmp/old/contrib/nginx/module/ngx_http_dthrottle_module.so" "$tmp/old.so"
 fi
 
 cat >"$tmp/dthrottle.toml" <<TOML

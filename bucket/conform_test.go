@@ -18,7 +18,7 @@ import (
 
 // The conformance cases pin the shared table's layout and the in-process
 // decision bit for bit, for every implementation: this package's View
-// and contrib/libdthrottle's dt_decide run the same operations on the
+// and libdthrottle's dt_decide run the same operations on the
 // same files and must leave the same bytes (docs/shared-table.md). A
 // case NAME in testdata/shared is NAME.table and NAME.state (the files
 // before), NAME.ops (lines "<now ns> <tag hex, or -> <OK|NO|ASK|LEFT>")

@@ -8,7 +8,7 @@ import (
 // Hash is the table's hash of a key under a seed: where a key's shard
 // and index slot are, for the daemon and for every process that decides
 // from the shared table (docs/shared-table.md gives it step by step, and
-// contrib/libdthrottle implements it bit for bit). It is the multiply-mix
+// libdthrottle implements it bit for bit). It is the multiply-mix
 // construction of wyhash: fast for the short keys tags are, and keyed by
 // a seed each table draws at random, so that which tags collide cannot be
 // known in advance.

@@ -47,7 +47,7 @@ const (
 
 // procsReport is what a hammerer of the counted tag tells: the queries
 // it made and was served, and when, as the daemon's clock (the wall
-// clock, CLOCK_REALTIME) reads. dt_hammer (contrib/libdthrottle) prints
+// clock, CLOCK_REALTIME) reads. dt_hammer (libdthrottle) prints
 // the same fields.
 type procsReport struct {
 	served, decisions, local, asked, failed int64
@@ -426,7 +426,7 @@ func checkProgress(t *testing.T, name string, r procsReport, start, stop int64) 
 	}
 }
 
-// buildHammer compiles contrib/libdthrottle's dt_hammer with the library
+// buildHammer compiles libdthrottle's dt_hammer with the library
 // into dir, or returns "" when no C compiler is installed (a failure under
 // CI=true).
 func buildHammer(t *testing.T, dir string) string {
@@ -439,7 +439,7 @@ func buildHammer(t *testing.T, dir string) string {
 		t.Logf("cc not installed, no C process: %v", err)
 		return ""
 	}
-	src := filepath.Join("..", "contrib", "libdthrottle")
+	src := filepath.Join("..", "libdthrottle")
 	bin := filepath.Join(dir, "dt_hammer")
 	args := []string{"-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", bin, "dt_hammer.c",
 		"libdthrottle.c", "-lpthread"}

@@ -46,11 +46,11 @@ func requireHAProxyShared(t *testing.T) string {
 	return haproxy
 }
 
-// copyHAProxySharedTo copies the module's sources into dst/haproxy and
-// libdthrottle's into dst/libdthrottle, where the Makefile finds them
-// (../libdthrottle), and returns dst/haproxy.
+// copyHAProxySharedTo copies the module's sources into dst/contrib/haproxy
+// and libdthrottle's into dst/libdthrottle, where the Makefile finds them
+// (../../libdthrottle), and returns dst/contrib/haproxy.
 func copyHAProxySharedTo(dst string) (string, error) {
-	dir := filepath.Join(dst, "haproxy")
+	dir := filepath.Join(dst, "contrib", "haproxy")
 	if err := copySources(filepath.Join("..", "contrib", "haproxy"), dir, "Makefile", "dthrottle_shared.c"); err != nil {
 		return "", err
 	}

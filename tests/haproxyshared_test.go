@@ -464,8 +464,8 @@ func TestHAProxySharedBuild(t *testing.T) {
 	if fmt.Sprint(exported) != "[luaopen_dthrottle_shared]" {
 		t.Errorf("dthrottle_shared.so exports %v, want [luaopen_dthrottle_shared]", exported)
 	}
-	if built, _ := filepath.Glob(filepath.Join(dir, "..", "libdthrottle", "*.o")); len(built) > 0 {
-		t.Errorf("building the module built in ../libdthrottle: %v", built)
+	if built, _ := filepath.Glob(filepath.Join(dir, "..", "..", "libdthrottle", "*.o")); len(built) > 0 {
+		t.Errorf("building the module built in ../../libdthrottle: %v", built)
 	}
 
 	// lua-load, HAProxy's one state for all threads, is refused at once.

@@ -13,7 +13,7 @@ import (
 )
 
 // libdthrottleDir is the C library's source, from this package.
-var libdthrottleDir = filepath.Join("..", "contrib", "libdthrottle")
+var libdthrottleDir = filepath.Join("..", "libdthrottle")
 
 // goldenDir holds the Go side's conformance cases, which dt_conform must
 // pass byte for byte.

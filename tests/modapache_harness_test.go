@@ -24,7 +24,7 @@ import (
 // modSources are the files apxs compiles into mod_dthrottle, in
 // contrib/apache: its own, and libdthrottle as one file.
 var modSources = []string{"mod_dthrottle.c", "dthrottle_client.c", "dthrottle_target.c",
-	"dthrottle_status.c", "dthrottle_shared.c", "../libdthrottle/libdthrottle.c"}
+	"dthrottle_status.c", "dthrottle_shared.c", "../../libdthrottle/libdthrottle.c"}
 
 var (
 	modOnce sync.Once
@@ -34,20 +34,20 @@ var (
 
 // buildModDthrottle builds contrib/apache's module once per test binary,
 // with apxs -Wall -Werror, into the directory TestMain removes (a copy of
-// contrib/apache and contrib/libdthrottle side by side, so that apxs
+// contrib/apache and libdthrottle laid out as in the tree, so that apxs
 // leaves nothing in the tree), and returns the .so's path. Without apxs
 // (Debian's apache2-dev) the test is skipped, or fails under CI=true.
 func buildModDthrottle(t *testing.T) string {
 	t.Helper()
 	apxs := requireTool(t, "apxs")
 	modOnce.Do(func() {
-		dir := filepath.Join(filepath.Dir(binary), "mod_dthrottle", "apache")
+		dir := filepath.Join(filepath.Dir(binary), "mod_dthrottle", "contrib", "apache")
 		// The module's sources, headers and version script (which keeps
 		// every symbol but the module record inside).
 		if modErr = copySources(filepath.Join("..", "contrib", "apache"), dir, ".c", ".h", ".map"); modErr != nil {
 			return
 		}
-		if modErr = copyLibdthrottleTo(filepath.Join(dir, "..", "libdthrottle")); modErr != nil {
+		if modErr = copyLibdthrottleTo(filepath.Join(dir, "..", "..", "libdthrottle")); modErr != nil {
 			return
 		}
 		cmd := exec.Command(apxs, append([]string{"-c", "-Wc,-Wall", "-Wc,-Werror", "-Wl,-Wl,--version-script=mod_dthrottle.map"}, modSources...)...)

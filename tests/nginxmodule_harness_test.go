@@ -53,11 +53,12 @@ func requireNginxModule(t *testing.T) string {
 	return nginx
 }
 
-// copyNginxModuleTo copies the module's sources into dst/nginx/module and
-// libdthrottle's into dst/libdthrottle, where the module's config finds
-// them (../../libdthrottle), and returns dst/nginx/module.
+// copyNginxModuleTo copies the module's sources into
+// dst/contrib/nginx/module and libdthrottle's into dst/libdthrottle, where
+// the module's config finds them (../../../libdthrottle), and returns
+// dst/contrib/nginx/module.
 func copyNginxModuleTo(dst string) (string, error) {
-	dir := filepath.Join(dst, "nginx", "module")
+	dir := filepath.Join(dst, "contrib", "nginx", "module")
 	if err := copySources(filepath.Join("..", "contrib", "nginx", "module"), dir, "config", "Makefile", ".c", ".h", ".map"); err != nil {
 		return "", err
 	}

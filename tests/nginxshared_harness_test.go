@@ -38,7 +38,7 @@ var sharedLib struct {
 	err  error
 }
 
-// buildLibdthrottle builds contrib/libdthrottle's libdthrottle.so once per
+// buildLibdthrottle builds libdthrottle's libdthrottle.so once per
 // test binary, in a copy beside the test's dthrottled so that the tree
 // stays clean, and returns its path.
 func buildLibdthrottle(t *testing.T) string {

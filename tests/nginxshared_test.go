@@ -17,7 +17,7 @@ import (
 // OpenResty's way, deciding in process through LuaJIT's FFI:
 // contrib/nginx/dthrottle-shared.conf and dthrottle_shared.lua, run from
 // Debian's nginx and libnginx-mod-http-lua (lua-nginx-module, LuaJIT and
-// lua-resty-core, as OpenResty bundles them) with libdthrottle built from contrib/libdthrottle, against a real
+// lua-resty-core, as OpenResty bundles them) with libdthrottle built from libdthrottle, against a real
 // dthrottled with a burst of 3. Each worker maps the table the daemon
 // shares and decides there; the daemon's counters tell what it was asked
 // over its socket (dthrottle_requests_total) from what was decided

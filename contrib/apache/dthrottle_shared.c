@@ -20,7 +20,7 @@
 #include "http_config.h"
 #include "http_log.h"
 
-#include "../libdthrottle/dthrottle_table.h"
+#include "../../libdthrottle/dthrottle_table.h"
 #include "dthrottle_shared.h"
 
 APLOG_USE_MODULE(dthrottle);

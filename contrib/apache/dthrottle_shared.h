@@ -1,6 +1,6 @@
 /* dthrottle_shared.h: deciding in an Apache child from the table
  * dthrottled shares (docs/shared-table.md), through libdthrottle
- * (contrib/libdthrottle, compiled into the module).
+ * (libdthrottle, compiled into the module).
  *
  * When a child starts it attaches to every target that is a Unix socket
  * (dt_inproc_child_init): it connects, the daemon hands it the table's two

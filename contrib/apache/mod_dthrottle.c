@@ -27,7 +27,7 @@
  *
  * Build and install (libdthrottle is compiled in, as one file):
  *   apxs -i -a -c mod_dthrottle.c dthrottle_client.c dthrottle_target.c \
- *       dthrottle_status.c dthrottle_shared.c ../libdthrottle/libdthrottle.c
+ *       dthrottle_status.c dthrottle_shared.c ../../libdthrottle/libdthrottle.c
  * Directives: see the command table below and
  * docs/integrations/apache.md ("The module: mod_dthrottle").
  * Counters: SetHandler dthrottle-status, and mod_status's page.

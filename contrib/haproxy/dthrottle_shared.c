@@ -1,7 +1,7 @@
 /* dthrottle_shared.c: dthrottled's queries decided inside HAProxy, from
  * the table the daemon shares (docs/shared-table.md), as a Lua C module.
  * Debian's HAProxy 2.6 links liblua5.3 dynamically, so its Lua can
- * require a C module; libdthrottle (../libdthrottle) is compiled into this
+ * require a C module; libdthrottle (../../libdthrottle) is compiled into this
  * one with hidden visibility, and luaopen_dthrottle_shared is the only
  * symbol it exports. dthrottle_shared.lua is its one user, and
  * haproxy-shared.cfg shows the wiring:
@@ -54,7 +54,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 
-#include "../libdthrottle/dthrottle_table.h"
+#include "dthrottle_table.h" /* libdthrottle, found with -I$(LIBDT) */
 
 #define DT_EXPORT __attribute__((visibility("default")))
 

@@ -2,7 +2,7 @@
 -- Debian's libnginx-mod-http-lua) decides dthrottled's queries in each
 -- worker, from the table the daemon shares over its Unix socket
 -- (docs/shared-table.md), through LuaJIT's FFI and libdthrottle
--- (contrib/libdthrottle). A tag the table holds costs a hash, a probe
+-- (libdthrottle). A tag the table holds costs a hash, a probe
 -- and one compare-and-swap in the worker's own address space: no system
 -- call, no lock, nothing sent.
 --

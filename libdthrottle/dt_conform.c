@@ -1,6 +1,6 @@
 /* dt_conform: runs the shared table's golden cases through libdthrottle.
  *
- *     dt_conform [DIR [NAME...]]      DIR defaults to ../../bucket/testdata/shared
+ *     dt_conform [DIR [NAME...]]      DIR defaults to ../bucket/testdata/shared
  *
  * A case NAME in DIR is four files, the contract the Go side (inproc)
  * implements too:
@@ -35,7 +35,7 @@
 
 #include "dthrottle_table.h"
 
-#define DEFAULT_DIR "../../bucket/testdata/shared"
+#define DEFAULT_DIR "../bucket/testdata/shared"
 
 /* file is a case file in memory, in an anonymous mapping of its own. */
 struct file {
