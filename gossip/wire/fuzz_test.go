@@ -24,6 +24,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(readHex(f, "testdata/golden_peers.hex"))
 	f.Add(readHex(f, "testdata/golden_relay.hex"))
 	f.Add(readHex(f, "testdata/golden_top.hex"))
+	f.Add(readHex(f, "testdata/golden_goodbye.hex"))
 	key := []byte("secret")
 	f.Fuzz(func(t *testing.T, b []byte) {
 		Decode(b, key) // must not panic
