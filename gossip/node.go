@@ -133,6 +133,7 @@ type Node struct {
 	relay relayPart
 
 	members members // who is in the cluster, and this node's share (members.go)
+
 	advertised  uint64 // Discovery's version last advertised; guarded by reportMu
 	sinceAdvert int    // reports since then
 	toldTop     bool   // the last report's heaviest tags were not empty; guarded by reportMu
