@@ -93,7 +93,8 @@ type Policy struct {
 	Action string  `toml:"action"`  // "limit" (a bucket), "allow" (always OK) or "deny" (always NO), the last two keeping no state; "" means "limit"
 	DryRun bool    `toml:"dry_run"` // serve what the limit refuses, and count it (action "limit")
 	// Partition is what the policy holds while the cluster is split:
-	// [PartitionWhole], [PartitionShare], or "" for gossip.partition.
+	// "whole" (each part the whole rate), "share" (each part its nodes'
+	// share of it), or "" for gossip.partition.
 	Partition string `toml:"partition"`
 }
 
@@ -112,11 +113,16 @@ type Gossip struct {
 	WarmStart  bool     `toml:"warm_start" reload:"restart"`   // on start, ask the peers for their table; answering peers is always on
 	MaxPeers   int      `toml:"max_peers"`                     // unicast peers learned at most; 0 learns none; learning needs secret_file
 	// Partition is what every policy without its own holds while the
-	// cluster is split: [PartitionWhole] or [PartitionShare]
-	// (docs/design.md, "The cluster bound").
+	// cluster is split: "whole", each connected part the whole rate (k
+	// parts serve up to k times it); or "share", each part the share of
+	// the rate its nodes were of the cluster before the split, back to
+	// the whole as missing peers are heard again, say goodbye or are
+	// forgotten (docs/design.md, The cluster bound).
 	Partition string `toml:"partition"`
 	// ForgetAfter is how long a silent peer counts as missing, keeping
-	// its share of the rate away under "share", before it is forgotten.
+	// its share of the rate away under "share", before it is forgotten:
+	// a crashed node's share returns this long after it was last heard,
+	// and a split longer than this holds the whole rate again.
 	ForgetAfter Duration `toml:"forget_after"`
 }
 
