@@ -28,16 +28,3 @@ func scale(p Policy) (Policy, error) {
 	p.Burst = max(1, int(math.Ceil(float64(p.Burst)*p.Share-1e-9)))
 	return p, nil
 }
-
-// Whole returns the policies as configured, the default first: their
-// Rate and Burst before a Share scaled them, and no Share. Policies and
-// PolicyOf give them as they hold now, scaled.
-func (t *Table) Whole() []Policy {
-	s := *t.policies.Load()
-	out := make([]Policy, len(s))
-	for i := range s {
-		out[i] = s[i].whole
-		out[i].Share = 0
-	}
-	return out
-}

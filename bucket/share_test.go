@@ -54,9 +54,6 @@ func TestShareHoldsScaledRate(t *testing.T) {
 	if tb.Fingerprint() != ref.Fingerprint() {
 		t.Errorf("fingerprint %016x at half share, %016x whole: want equal", tb.Fingerprint(), ref.Fingerprint())
 	}
-	if w := tb.Whole()[0]; w.Rate != 2 || w.Burst != 5 || w.Share != 0 {
-		t.Errorf("Whole: %+v, want 2/s burst 5", w)
-	}
 	if p := tb.Policies()[0]; p.Rate != 1 || p.Burst != 3 {
 		t.Errorf("Policies: %+v, want 1/s burst 3", p)
 	}

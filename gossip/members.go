@@ -32,7 +32,7 @@ import (
 const DefaultForgetAfter = time.Minute
 
 // Members is who a node counts in its cluster at one instant. A plain
-// value; the zero Members is a node alone before it hears anyone.
+// value; the zero Members counts no peer, and its Share of 0 stands for 1.
 type Members struct {
 	Live    int      // peers heard within the silence timeout, and nodes behind a relay heard
 	Missing []uint64 // peers silent, neither gone nor forgotten, by id

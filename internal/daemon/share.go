@@ -61,9 +61,9 @@ func (d *Daemon) setShare(m gossip.Members) {
 		"live", m.Live, "missing", len(m.Missing))
 }
 
-// Share is the share of the rate this node's policies under partition
+// share is the share of the rate this node's policies under partition
 // "share" hold now: 1 unless peers are missing.
-func (d *Daemon) Share() float64 {
+func (d *Daemon) share() float64 {
 	d.shares.mu.Lock()
 	defer d.shares.mu.Unlock()
 	if d.shares.share == 0 || !d.shares.cfg.Shares() {

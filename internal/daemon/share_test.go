@@ -38,7 +38,7 @@ func TestShareFollowsTheSplit(t *testing.T) {
 	waitFor("a hears b and c", func() bool { return a.gossip.node.Members().Live == 2 })
 
 	mem.Partition([]string{"a"}, []string{"b", "c"})
-	waitFor("a alone holds a third", func() bool { return a.Share() < 0.34 })
+	waitFor("a alone holds a third", func() bool { return a.share() < 0.34 })
 	if p := a.table.Policies(); p[0].Rate != 0.001/3 || p[0].Burst != 1 || p[1].Rate != 0.001 || p[1].Burst != 3 {
 		t.Errorf("a's policies split: %+v; want the default at a third (1 token), w: whole", p)
 	}
@@ -59,7 +59,7 @@ func TestShareFollowsTheSplit(t *testing.T) {
 	}
 
 	mem.Partition()
-	waitFor("a whole again", func() bool { return a.Share() == 1 })
+	waitFor("a whole again", func() bool { return a.share() == 1 })
 	if p := a.table.Policies(); p[0].Rate != 0.001 || p[0].Burst != 3 {
 		t.Errorf("a's default policy healed: %+v; want whole", p[0])
 	}
