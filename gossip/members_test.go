@@ -41,7 +41,7 @@ func TestMembersSteps(t *testing.T) {
 	steps := []step{
 		{at: time.Second, live: 2, share: 1},
 		{at: 2 * time.Second, cut: true, live: 2, share: 1},
-		{at: 4 * time.Second, live: 2, share: 1},                // 3 s unheard: not past the timeout
+		{at: 4 * time.Second, live: 2, share: 1},                 // 3 s unheard: not past the timeout
 		{at: 5 * time.Second, live: 1, missed: 1, share: 2. / 3}, // 4 s
 		{at: 11 * time.Second, live: 1, missed: 1, share: 2. / 3},
 		{at: 12 * time.Second, live: 1, share: 1}, // 11 s unheard: forgotten
