@@ -143,8 +143,10 @@ func (n *Node) checkMembers(now time.Time) {
 }
 
 // heardMember takes in what an accepted datagram says of membership: a
-// goodbye marks its sender gone; it, a new peer or one heard again after
-// its silence changes the count at once.
+// goodbye marks its sender gone and changes the count at once; so does a
+// new peer, or one heard again after its silence, while peers are
+// missing (otherwise the share stays 1 and the next check counts it, so
+// a flood of new node ids costs no count each).
 func (n *Node) heardMember(msg wire.Message, at time.Time, changed bool) {
 	if msg.Type == wire.MsgGoodbye {
 		n.mu.Lock()
@@ -153,10 +155,16 @@ func (n *Node) heardMember(msg wire.Message, at time.Time, changed bool) {
 		}
 		n.mu.Unlock()
 		n.log.Info("peer said goodbye", "node", peer.Name(msg.Node))
-		changed = true
+		n.checkMembers(at)
+		return
 	}
 	if changed {
-		n.checkMembers(at)
+		n.members.mu.Lock()
+		split := len(n.members.last.Missing) > 0
+		n.members.mu.Unlock()
+		if split {
+			n.checkMembers(at)
+		}
 	}
 }
 

@@ -25,52 +25,53 @@ func (s *sim) received(i int) []transport.Packet {
 }
 
 // TestMembersSteps holds the membership of node 0 of three to its steps
-// at fixed instants: live peers, then one silent past the silence timeout
-// is missing (share 2/3), heard again is live at once, and silent past
-// the forget time is forgotten (share 1 again).
+// at fixed instants: live peers; node 2 cut off and silent past the
+// silence timeout is missing (share 2/3); heard again, live at once, by
+// its datagram; cut off again and silent past the forget time,
+// forgotten (share 1); heard again then, counted at the next check.
 func TestMembersSteps(t *testing.T) {
 	s := newSim(t, 3, bucket.Policy{Rate: 1, Burst: 10}, time.Second, transport.MemConfig{},
 		func(sn *simNode, cfg *Config) { cfg.ForgetAfter = 10 * time.Second })
 	n0 := s.nodes[0].node
 	type step struct {
 		at           time.Duration
-		cut          bool // node 2 cut off from now on
+		cut, heal    bool // node 2 cut off, or heard again, from now on
+		check        bool // node 0 checks its peers after the reports, as its loop does
 		live, missed int
 		share        float64
 	}
 	steps := []step{
-		{at: time.Second, live: 2, share: 1},
-		{at: 2 * time.Second, cut: true, live: 2, share: 1},
-		{at: 4 * time.Second, live: 2, share: 1},                 // 3 s unheard: not past the timeout
-		{at: 5 * time.Second, live: 1, missed: 1, share: 2. / 3}, // 4 s
-		{at: 11 * time.Second, live: 1, missed: 1, share: 2. / 3},
-		{at: 12 * time.Second, live: 1, share: 1}, // 11 s unheard: forgotten
+		{at: time.Second, check: true, live: 2, share: 1},
+		{at: 2 * time.Second, cut: true, check: true, live: 2, share: 1},
+		{at: 4 * time.Second, check: true, live: 2, share: 1},                 // 3 s unheard: not past the timeout
+		{at: 5 * time.Second, check: true, live: 1, missed: 1, share: 2. / 3}, // 4 s
+		{at: 6 * time.Second, heal: true, live: 2, share: 1},                  // no check: the datagram counts it
+		{at: 7 * time.Second, cut: true, check: true, live: 2, share: 1},
+		{at: 11 * time.Second, check: true, live: 1, missed: 1, share: 2. / 3},
+		{at: 16 * time.Second, check: true, live: 1, missed: 1, share: 2. / 3}, // last heard at 6 s: 10 s unheard
+		{at: 17 * time.Second, check: true, live: 1, share: 1},                 // 11 s: forgotten
+		{at: 18 * time.Second, heal: true, live: 1, share: 1},                  // heard, not yet counted
+		{at: 19 * time.Second, check: true, live: 2, share: 1},
 	}
-	cut := false
 	for i, st := range steps {
 		s.advanceTo(st.at)
 		if st.cut {
-			cut = true
 			s.net.Partition([]string{"n0", "n1"}, []string{"n2"})
+		}
+		if st.heal {
+			s.net.Partition()
 		}
 		for j := range s.nodes {
 			s.report(j)
 		}
 		s.deliver()
-		n0.checkSilence(s.now) // as the running loop does after a report
-		n0.checkMembers(s.now)
-		m := n0.Members()
-		if m.Live != st.live || len(m.Missing) != st.missed || m.Share != st.share {
-			t.Errorf("step %d (t=%v, cut %v): got %+v, want live %d, missing %d, share %.3f", i, st.at, cut, m, st.live, st.missed, st.share)
+		if st.check {
+			n0.checkSilence(s.now)
+			n0.checkMembers(s.now)
 		}
-	}
-	// Heard again: live at once, by the datagram itself.
-	s.net.Partition()
-	s.advanceTo(13 * time.Second)
-	s.report(2)
-	s.deliver()
-	if m := n0.Members(); m.Live != 2 || len(m.Missing) != 0 || m.Share != 1 {
-		t.Errorf("node 2 heard again: %+v, want 2 live", m)
+		if m := n0.Members(); m.Live != st.live || len(m.Missing) != st.missed || m.Share != st.share {
+			t.Errorf("step %d (t=%v): got %+v, want live %d, missing %d, share %.3f", i, st.at, m, st.live, st.missed, st.share)
+		}
 	}
 }
 
