@@ -5,8 +5,10 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/gossip/peer"
 	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/gossip/wire"
+	mt "github.com/dthrottle/dthrottle/internal/metric/metrictest"
 )
 
 // received takes every datagram delivered to node i so far, unapplied.
@@ -147,5 +149,34 @@ func TestGoodbye(t *testing.T) {
 	}
 	if !left {
 		t.Error("the peers view does not show node 1 as left")
+	}
+}
+
+// TestMembersMetrics: the share, the peers missing and how far behind
+// each peer heard is, as the metrics give them.
+func TestMembersMetrics(t *testing.T) {
+	s := newSim(t, 3, bucket.Policy{Rate: 1, Burst: 10}, time.Second, transport.MemConfig{Delay: 20 * time.Millisecond})
+	n0 := s.nodes[0].node
+	mt.Lint(t, n0.Collectors()...)
+	for j := range s.nodes {
+		s.report(j)
+	}
+	s.advanceTo(20 * time.Millisecond)
+	s.deliver()
+	s.net.Partition([]string{"n0", "n1"}, []string{"n2"})
+	s.advanceTo(5 * time.Second)
+	s.report(1)
+	s.advanceTo(5*time.Second + 20*time.Millisecond)
+	s.deliver()
+	n0.checkSilence(s.now)
+	n0.checkMembers(s.now)
+	const gauge = mt.Gauge
+	mt.Expect(t, mt.Gather(t, n0.Collectors()...),
+		mt.Sample{Name: "dthrottle_gossip_share", Kind: gauge, Value: 2. / 3},
+		mt.Sample{Name: "dthrottle_gossip_peers_missing", Kind: gauge, Value: 1},
+		mt.Sample{Name: "dthrottle_gossip_peer_behind_seconds", Labels: "node=" + peer.Name(s.nodes[1].node.ID()), Kind: gauge, Value: 1.02},
+	)
+	if fams := mt.Gather(t, n0.Collectors()...); len(fams["dthrottle_gossip_peer_behind_seconds"].GetMetric()) != 1 {
+		t.Error("a silent peer's delay is served: want the live peer's only")
 	}
 }

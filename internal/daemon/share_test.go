@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +58,23 @@ func TestShareFollowsTheSplit(t *testing.T) {
 	}
 	if m := a.gossip.node.Members(); missing != 2 || len(m.Missing) != 2 {
 		t.Errorf("a's view: %d peers missing, members %+v; want 2", missing, m)
+	}
+
+	// A reload changes the policy live: "whole" holds the whole rate at
+	// once, split or not; "share" again, a third.
+	writeConfig(t, filepath.Dir(a.path), a.sock, strings.Replace(cfg, `partition = "share"`, `partition = "whole"`, 1))
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if p := a.table.Policies()[0]; p.Rate != 0.001 || p.Burst != 3 {
+		t.Errorf("reloaded under whole while split: %+v, want the whole rate", p)
+	}
+	writeConfig(t, filepath.Dir(a.path), a.sock, cfg)
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if p := a.table.Policies()[0]; p.Rate != 0.001/3 || p.Burst != 1 {
+		t.Errorf("reloaded under share while split: %+v, want a third", p)
 	}
 
 	mem.Partition()
