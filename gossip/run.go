@@ -86,8 +86,8 @@ func (n *Node) run() {
 
 // Stop ends the loop Start began, sends the hits not yet reported, so a
 // clean stop loses no served hit, says goodbye (members.go), and closes
-// the transport. Stop queries
-// first. Safe to call twice; ctx bounds the wait for the loop.
+// the transport. Stop queries first. Safe to call twice; ctx bounds the
+// wait for the loop.
 func (n *Node) Stop(ctx context.Context) error {
 	var err error
 	n.once.Do(func() {

@@ -9,11 +9,11 @@ import (
 )
 
 // Reload rereads the config file and applies it without losing bucket
-// state: policies, rates, bursts, dry runs, max_tags, max_tag_bytes, the
-// gossip interval, secret, max_packet, max_peers, peers, partition and
-// forget_after, relay.mode,
-// relay.hold and relay.peers, http.refuse_status, state.file (the file
-// saved to on stop) and the log level change live.
+// state: policies, rates, bursts, dry runs, partitions, max_tags,
+// max_tag_bytes, the gossip interval, secret, max_packet, max_peers,
+// peers and forget_after, relay.mode, relay.hold and relay.peers,
+// http.refuse_status, state.file (the file saved to on stop) and the log
+// level change live.
 // A file that fails validation changes nothing and is logged and counted.
 // Settings read only at start (see needsRestart) are logged as needing a
 // restart and keep their running value. The Notifier hears of the reload, and an Event
