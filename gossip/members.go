@@ -116,23 +116,20 @@ func (n *Node) membersAt(now time.Time) Members {
 
 // checkMembers counts the peers at now and, when that changed who is
 // live, missing or gone, logs it and hands it to Config.Members. The
-// running loop calls it after every report; a peer joining, heard again
-// or saying goodbye calls it at once.
+// running loop calls it after every report; a goodbye calls it at once,
+// and so does a peer joining or heard again while peers are missing.
 func (n *Node) checkMembers(now time.Time) {
 	n.members.mu.Lock()
 	defer n.members.mu.Unlock()
 	m := n.membersAt(now)
 	prev := n.members.last
-	if prev.Share == 0 {
-		prev.Share = 1
-	}
 	if m.same(prev) {
 		return
 	}
 	n.members.last = m
 	switch {
 	case len(m.Missing) > 0 && len(m.Missing) != len(prev.Missing):
-		n.log.Warn("cluster split: peers missing; a policy under partition \"share\" holds this node's share of the rate",
+		n.log.Warn("peers missing (a split, or nodes gone without a goodbye): policies under partition \"share\" hold this node's share of the rate",
 			"missing", len(m.Missing), "live", m.Live, "share", m.Share)
 	case len(m.Missing) == 0 && len(prev.Missing) > 0:
 		n.log.Info("cluster whole again: no peer missing", "live", m.Live, "share", m.Share)
