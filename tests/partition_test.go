@@ -24,6 +24,7 @@ const splitRules = `table bridge partition {
 // missing and holds half the cluster. Under gossip.partition = "share" the
 // two parts together serve within 15% of the rate; under "whole" they
 // serve about twice it. Healed, every node holds the whole rate again.
+// Each node's log says when peers went missing and when they were back.
 // The figures are docs/reliability.md's (go test -v).
 func TestPartitionShare(t *testing.T) {
 	for _, policy := range []string{"share", "whole"} {
@@ -70,6 +71,11 @@ func partitionSplit(t *testing.T, policy string) {
 	}
 	whole := time.Since(healed)
 	ld.wait(t, 0)
+	for _, d := range ds {
+		if len(d.logLines("peers missing", "missing=2", "share=0.5")) == 0 || len(d.logLines("cluster whole again")) == 0 {
+			t.Errorf("%s: the log does not say when peers went missing and when the cluster was whole again", d.sock)
+		}
+	}
 
 	split := healed.Sub(cut)
 	want := c.rate * split.Seconds()
