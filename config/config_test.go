@@ -31,13 +31,12 @@ func TestDefaultValues(t *testing.T) {
 	want := Config{
 		Listen: Listen{Unix: DefaultUnixPath(), UnixMode: "0660", MaxConns: 10000, ShareTable: true, MaxTagBytes: 256},
 		Limit:  Limit{Rate: 1, Burst: 10, MaxTags: 1000000},
-		Gossip: Gossip{Interval: Duration{time.Second}, TTL: 1, Bind: ":7777", MaxPacket: 1400, WarmStart: true, MaxPeers: 1000,
-			Partition: "whole", ForgetAfter: Duration{time.Minute}},
-		Relay: Relay{Mode: "off", Hold: 0.5, Bind: ":7778"},
-		HTTP:  HTTP{MaxConns: 1024, RefuseStatus: 403},
-		SPOE:  SPOE{MaxConns: 1024},
-		RLS:   RLS{MaxConns: 1024, Unmatched: "limit", ChargeKey: "dthrottle_charge"},
-		Log:   Log{Format: "text", Level: "info"},
+		Gossip: Gossip{Interval: Duration{time.Second}, TTL: 1, Bind: ":7777", MaxPacket: 1400, WarmStart: true, MaxPeers: 1000, Partition: "whole", ForgetAfter: Duration{time.Minute}},
+		Relay:  Relay{Mode: "off", Hold: 0.5, Bind: ":7778"},
+		HTTP:   HTTP{MaxConns: 1024, RefuseStatus: 403},
+		SPOE:   SPOE{MaxConns: 1024},
+		RLS:    RLS{MaxConns: 1024, Unmatched: "limit", ChargeKey: "dthrottle_charge"},
+		Log:    Log{Format: "text", Level: "info"},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() =\n%+v\nwant\n%+v", got, want)
