@@ -34,8 +34,9 @@ func fakeSnapshot() Snapshot {
 			{Policy: bucket.Policy{Name: "login"}, OK: 30, NO: 2},
 		},
 		Gossip: &Gossip{
-			Node:  0x9f86d081884c7d65,
-			Peers: 2,
+			Node:    0x9f86d081884c7d65,
+			Peers:   2,
+			Members: gossip.Members{Live: 2, Missing: []uint64{0x2a}, Share: 0.75},
 			Stats: gossip.Stats{
 				PacketsSent:         11,
 				BytesSent:           1100,

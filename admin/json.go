@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -46,6 +47,10 @@ func (s *Server) peers(w http.ResponseWriter, r *http.Request) {
 			Found:            p.Found,
 			Relay:            p.Relay,
 			Relayed:          p.Relayed,
+			Missing:          p.Missing,
+			Left:             p.Left,
+			DelaySeconds:     p.Delay.Seconds(),
+			BehindSeconds:    p.Behind.Seconds(),
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -71,6 +76,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		out.Queries.OK += p.OK
 		out.Queries.NO += p.NO
 	}
+	out.Gossip.Share = 1 // a node alone holds the whole rate
 	if g := snap.Gossip; g != nil {
 		out.Gossip = api.Gossip{
 			Enabled:             true,
@@ -82,6 +88,8 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 			Lost:                g.Lost,
 			FingerprintMismatch: g.FingerprintMismatch,
 			Peers:               g.Peers,
+			PeersMissing:        len(g.Members.Missing),
+			Share:               cmp.Or(g.Members.Share, 1),
 		}
 		out.Gossip.Dropped = api.Dropped{Auth: g.DroppedAuth, Malformed: g.DroppedMalformed,
 			Version: g.DroppedVersion, Duplicate: g.DroppedDuplicate, Stale: g.DroppedStale}

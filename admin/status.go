@@ -44,7 +44,8 @@ type statusPage struct {
 	Legend                                   []legendItem
 	Policies                                 []policyRow
 	GossipOn                                 bool
-	PeersLive, PeersSilent                   int
+	PeersLive, PeersSilent, PeersMissing     int
+	Share                                    string // this node's share of the rate, "" when whole
 	Peers                                    []peerRow
 	Top                                      *topSection // nil when Sources.Top is
 }
@@ -86,9 +87,9 @@ type policyRow struct {
 }
 
 type peerRow struct {
-	Node, Addr, LastHeard, Found, Relay string
-	Packets, Hits, Lost, Duplicates     uint64
-	Silent, FingerprintMatch            bool
+	Node, Addr, LastHeard, Found, Relay, Behind string
+	Packets, Hits, Lost, Duplicates             uint64
+	Silent, Missing, Left, FingerprintMatch     bool
 }
 
 type topSection struct {
@@ -174,13 +175,23 @@ func (s *Server) statusPage(now time.Time) statusPage {
 	if g := snap.Gossip; g != nil {
 		p.GossipOn = true
 		p.Node = nodeHex(g.Node)
+		if g.Members.Share > 0 && g.Members.Share < 1 {
+			p.Share = fmt.Sprintf("%.2f", g.Members.Share)
+		}
 	}
 	if s.src.Peers != nil {
 		for _, peer := range s.src.Peers() {
 			row := peerRow{Node: nodeHex(peer.Node), Addr: peer.Addr, LastHeard: since(now, peer.LastHeard),
 				Packets: peer.Packets, Hits: peer.Hits, Lost: peer.Lost, Duplicates: peer.Duplicates,
 				Silent: peer.Silent, FingerprintMatch: peer.FingerprintMatch,
-				Found: or(peer.Found, "-"), Relay: or(peer.Relay, "-")}
+				Found: or(peer.Found, "-"), Relay: or(peer.Relay, "-"),
+				Missing: peer.Missing, Left: peer.Left, Behind: "-"}
+			if peer.Behind > 0 {
+				row.Behind = fmt.Sprintf("%.2f s", peer.Behind.Seconds())
+			}
+			if row.Missing {
+				p.PeersMissing++
+			}
 			if row.Silent {
 				p.PeersSilent++
 			} else {

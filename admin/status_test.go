@@ -102,8 +102,10 @@ func byID(t *testing.T, els map[string][]element, name, id string) element {
 func TestStatusPage(t *testing.T) {
 	f := newFake()
 	f.peers = []gossip.PeerInfo{
-		{Node: 0x9f86d081884c7d65, Addr: "10.0.0.2:7777", LastHeard: t0.Add(-400 * time.Millisecond), Packets: 123, Hits: 4567, FingerprintMatch: true},
+		{Node: 0x9f86d081884c7d65, Addr: "10.0.0.2:7777", LastHeard: t0.Add(-400 * time.Millisecond), Packets: 123, Hits: 4567, FingerprintMatch: true,
+			Behind: 1020 * time.Millisecond},
 		{Node: 0xc3d4e5f6a7b8c9d0, Addr: "10.0.0.3:7777", LastHeard: t0.Add(-10 * time.Second), Silent: true, Found: "learned", Relay: "segment"},
+		{Node: 0x2a, Addr: "10.0.0.4:7777", LastHeard: t0.Add(-20 * time.Second), Silent: true, Missing: true},
 	}
 	ft := newFakeTop()
 	ft.doc.Policies[0].Tags[1].Tag = "\x1b[2J\x1b]0;owned\x07"
@@ -120,7 +122,8 @@ func TestStatusPage(t *testing.T) {
 		`\x1b[2J\x1b]0;owned\x07`,               // controls, visible
 		"decisions <b>3.2</b>/s, refusals <b>1</b>/s",
 		"peers: <b>1</b> live",
-		"1 silent",
+		"2 silent",
+		`1 missing: this node's share 0.75`,
 		"9f86d081884c7d65",
 	} {
 		if !strings.Contains(page, want) {
@@ -165,7 +168,7 @@ func TestStatusPage(t *testing.T) {
 		}
 	}
 	peers := byID(t, els, "table", "peers").text
-	for _, want := range []string{"10.0.0.2:7777", "live", "400ms ago", "10.0.0.3:7777", "silent", "differ", "learned", "segment"} {
+	for _, want := range []string{"10.0.0.2:7777", "live", "400ms ago", "1.02 s", "10.0.0.3:7777", "silent", "differ", "learned", "segment", "10.0.0.4:7777", "missing"} {
 		if !strings.Contains(peers, want) {
 			t.Errorf("peers table lacks %q:\n%s", want, peers)
 		}

@@ -101,6 +101,8 @@ type Snapshot struct {
 type Gossip struct {
 	Node  uint64 // this node's id, shown as 16 hex digits
 	Peers int    // peers heard and not silent
+	// Members is who this node counts in its cluster, and its share.
+	Members gossip.Members
 	gossip.Stats
 	Discovery transport.DiscoveryStats // unicast peers learned; zero without unicast peers
 }

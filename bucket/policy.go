@@ -48,6 +48,11 @@ type Policy struct {
 	// limiting, and counts it (PolicyStats.DryRunRefused). Not part of the
 	// fingerprint: peers throttle alike whether or not it is set.
 	DryRun bool
+	// Share is the part of Rate and Burst this node holds while its
+	// cluster is split (share.go): 0 or 1 holds them whole. Not part of
+	// the fingerprint: peers holding different shares of one policy
+	// throttle alike.
+	Share float64
 }
 
 // Refill is how long the policy's bucket takes to refill from empty to
@@ -68,6 +73,7 @@ func (p Policy) Refill() time.Duration {
 // computes in, so that decisions are exact and never depend on rounding.
 type compiled struct {
 	Policy
+	whole    Policy        // as configured: Rate and Burst before Share scaled them
 	counts   *policyCounts // queries answered under this policy's name
 	index    *prefixIndex  // set[0] only: the prefixes of the whole set
 	perToken int64         // nanoseconds to earn one token (1/rate)
@@ -80,7 +86,7 @@ type compiled struct {
 const maxAhead = math.MaxInt64 / 4
 
 func compile(p Policy) (compiled, error) {
-	c := compiled{Policy: p}
+	c := compiled{Policy: p, whole: p}
 	if p.Action != Limit {
 		return c, nil
 	}
@@ -90,6 +96,11 @@ func compile(p Policy) (compiled, error) {
 	if p.Burst < 1 {
 		return c, fmt.Errorf("bucket: policy %q: burst must be >= 1, got %d", p.Name, p.Burst)
 	}
+	p, err := scale(p)
+	if err != nil {
+		return c, err
+	}
+	c.Policy = p
 	per := math.Round(float64(time.Second) / p.Rate)
 	if per < 1 {
 		per = 1
@@ -280,11 +291,13 @@ func match[T string | []byte](s policySet, tag T) int {
 
 // fingerprint hashes what the policies do (prefixes, actions, rates and
 // bursts, not names), so peers can tell whether they throttle alike. A
-// dry run keeps its buckets as if limiting, so it is left out.
+// dry run keeps its buckets as if limiting, so it is left out; so is a
+// share, which hashes the whole rate and burst.
 func (s policySet) fingerprint() uint64 {
 	h := fnv.New64a()
 	var buf []byte
-	for _, p := range s {
+	for i := range s {
+		p := s[i].whole
 		buf = strconv.AppendQuote(buf[:0], p.Prefix)
 		buf = append(buf, ' ')
 		buf = append(buf, p.Action.String()...)

@@ -92,6 +92,10 @@ type Policy struct {
 	Burst  int     `toml:"burst"`   // bucket capacity, tokens (action "limit")
 	Action string  `toml:"action"`  // "limit" (a bucket), "allow" (always OK) or "deny" (always NO), the last two keeping no state; "" means "limit"
 	DryRun bool    `toml:"dry_run"` // serve what the limit refuses, and count it (action "limit")
+	// Partition is what the policy holds while the cluster is split:
+	// "whole" (each part the whole rate), "share" (each part its nodes'
+	// share of it), or "" for gossip.partition.
+	Partition string `toml:"partition"`
 }
 
 // Gossip configures how hit reports are exchanged between peers. Reports go
@@ -108,6 +112,52 @@ type Gossip struct {
 	MaxPacket  int      `toml:"max_packet"`                    // largest datagram sent, bytes
 	WarmStart  bool     `toml:"warm_start" reload:"restart"`   // on start, ask the peers for their table; answering peers is always on
 	MaxPeers   int      `toml:"max_peers"`                     // unicast peers learned at most; 0 learns none; learning needs secret_file
+	// Partition is what every policy without its own holds while the
+	// cluster is split: "whole", each connected part the whole rate (k
+	// parts serve up to k times it); or "share", each part the share of
+	// the rate its nodes were of the cluster before the split, back to
+	// the whole as missing peers are heard again, say goodbye or are
+	// forgotten (docs/design.md, The cluster bound).
+	Partition string `toml:"partition"`
+	// ForgetAfter is how long a silent peer counts as missing, keeping
+	// its share of the rate away under "share", before it is forgotten:
+	// a crashed node's share returns this long after it was last heard,
+	// and a split longer than this holds the whole rate again.
+	ForgetAfter Duration `toml:"forget_after"`
+}
+
+// The partition policies (Policy.Partition, Gossip.Partition).
+const (
+	// PartitionWhole: each connected part of a split cluster holds the
+	// whole rate, so k parts serve up to k times it.
+	PartitionWhole = "whole"
+	// PartitionShare: each part holds the share of the rate its nodes
+	// were of the cluster before the split, and the whole rate again as
+	// the missing nodes return, say goodbye or are forgotten.
+	PartitionShare = "share"
+)
+
+// Shares reports whether any policy, the default included, holds a share
+// of the rate in a split.
+func (c *Config) Shares() bool {
+	if c.Gossip.Partition == PartitionShare {
+		return true
+	}
+	for _, p := range c.Policy {
+		if p.Partition == PartitionShare {
+			return true
+		}
+	}
+	return false
+}
+
+// PolicyShares reports whether the policy p (nil for [limit]) holds a
+// share of the rate in a split.
+func (c *Config) PolicyShares(p *Policy) bool {
+	if p != nil && p.Partition != "" {
+		return p.Partition == PartitionShare
+	}
+	return c.Gossip.Partition == PartitionShare
 }
 
 // Admin configures the HTTP admin endpoint (/metrics, /healthz, /v1/...).
@@ -205,6 +255,11 @@ func Default() Config {
 			MaxPacket:  gossip.DefaultMaxPacket,          // fits a 1500-byte Ethernet MTU
 			WarmStart:  true,                             // ask the peers for their table on start
 			MaxPeers:   1000,                             // learn up to a thousand peers (with a secret)
+			Partition:  PartitionWhole,                   // each part of a split cluster holds the whole rate
+			// A silent peer's share is kept away a minute: long enough for
+			// most splits to heal, short enough for a crashed node's share
+			// to come back soon.
+			ForgetAfter: Duration{gossip.DefaultForgetAfter},
 		},
 		Relay: Relay{
 			Mode:  RelayOff, // every node reports to every peer

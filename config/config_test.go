@@ -31,7 +31,7 @@ func TestDefaultValues(t *testing.T) {
 	want := Config{
 		Listen: Listen{Unix: DefaultUnixPath(), UnixMode: "0660", MaxConns: 10000, ShareTable: true, MaxTagBytes: 256},
 		Limit:  Limit{Rate: 1, Burst: 10, MaxTags: 1000000},
-		Gossip: Gossip{Interval: Duration{time.Second}, TTL: 1, Bind: ":7777", MaxPacket: 1400, WarmStart: true, MaxPeers: 1000},
+		Gossip: Gossip{Interval: Duration{time.Second}, TTL: 1, Bind: ":7777", MaxPacket: 1400, WarmStart: true, MaxPeers: 1000, Partition: "whole", ForgetAfter: Duration{time.Minute}},
 		Relay:  Relay{Mode: "off", Hold: 0.5, Bind: ":7778"},
 		HTTP:   HTTP{MaxConns: 1024, RefuseStatus: 403},
 		SPOE:   SPOE{MaxConns: 1024},
@@ -79,6 +79,7 @@ func TestShippedExample(t *testing.T) {
 		Gossip: Gossip{
 			Interval: Duration{time.Second}, Group: "239.255.77.77:7777", TTL: 1,
 			Peers: []string{}, Bind: ":7777", MaxPacket: 1400, WarmStart: true, MaxPeers: 1000,
+			Partition: "whole", ForgetAfter: Duration{time.Minute},
 		},
 		Relay: Relay{Mode: "off", Hold: 0.5, Peers: []string{}, Bind: ":7778"},
 		Admin: Admin{HTTP: "127.0.0.1:7071"},

@@ -73,6 +73,8 @@ var rules = map[string]rule{
 	"policy.rate":   {span: tokensPerSecond, text: `with action "limit"; unused otherwise`, dflt: `none: required for "limit"`},
 	"policy.burst":  {span: &span{lo: 1, hi: maxBurst}, text: `with action "limit"; unused otherwise`, dflt: `none: required for "limit"`},
 	"policy.action": {choice: &choice{values: []string{ActionLimit, ActionAllow, ActionDeny}, oneOf: true}, dflt: `"limit"`},
+	"policy.partition": {choice: &choice{values: []string{"", PartitionWhole, PartitionShare}, oneOf: true},
+		text: `"" takes gossip.partition`, dflt: `""`},
 
 	"gossip.interval":    {span: &span{lo: float64(minInterval), hi: float64(maxInterval)}},
 	"gossip.group":       {text: `"group:port", an IPv4 multicast address (224.0.0.0/4) and a port from 1`},
@@ -83,6 +85,9 @@ var rules = map[string]rule{
 	"gossip.secret_file": {text: `a file of at least 16 bytes (white space around it not counted) that others cannot read, checked whenever it is read`},
 	"gossip.max_packet":  {span: &span{lo: minMaxPacket, hi: maxMaxPacket}},
 	"gossip.max_peers":   {span: &span{lo: 0, hi: maxMaxPeers}},
+	"gossip.partition":   {choice: &choice{values: []string{PartitionWhole, PartitionShare}}},
+	"gossip.forget_after": {span: &span{lo: float64(minForgetAfter), hi: float64(maxForgetAfter)},
+		text: "longer than the silence timeout (3 intervals, and at least one second more than one) when a policy is under \"share\""},
 
 	"relay.mode": {choice: &choice{values: []string{RelayOff, RelayUse, RelayServe}},
 		text: `"use" and "serve" need gossip.group or gossip.peers`},

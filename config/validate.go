@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/gossip"
 	"github.com/dthrottle/dthrottle/gossip/wire"
 	"github.com/dthrottle/dthrottle/protocol"
 )
@@ -35,6 +36,8 @@ const (
 	maxMaxPeers    = 100000
 	maxUnixPath    = 107 // sun_path holds 108 bytes with the final NUL
 	maxIfName      = 15  // IFNAMSIZ less the final NUL
+	minForgetAfter = time.Second
+	maxForgetAfter = time.Hour
 )
 
 // The user-facing bounds must lie within the wire format's and the table's.
@@ -124,6 +127,11 @@ func (c *Config) validatePolicies() *Error {
 		}
 		prefixes[p.Prefix] = fmt.Sprintf("policy[%d]", i+1)
 		names[name] = prefixes[p.Prefix]
+		if p.Partition != "" {
+			if e := oneOf(at("partition"), p.Partition, quote(p.Partition)); e != nil {
+				return e
+			}
+		}
 		switch p.Action {
 		case "", ActionLimit:
 		case ActionAllow, ActionDeny:
@@ -177,6 +185,16 @@ func (c *Config) validateGossip() *Error {
 	}
 	if e := intRange(key("gossip", "max_peers"), g.MaxPeers); e != nil {
 		return e
+	}
+	if e := oneOf(key("gossip", "partition"), g.Partition, quote(g.Partition)); e != nil {
+		return e
+	}
+	if e := durationRange(key("gossip", "forget_after"), g.ForgetAfter.Duration); e != nil {
+		return e
+	}
+	if silent := gossip.SilentAfter(g.Interval.Duration); c.Shares() && g.ForgetAfter.Duration <= silent {
+		return bad(key("gossip", "forget_after"), quote(g.ForgetAfter.String()),
+			fmt.Sprintf("must be longer than the silence timeout, %v at this interval, when a policy is under \"share\"", silent))
 	}
 	return intRange(key("gossip", "max_packet"), g.MaxPacket)
 }

@@ -83,6 +83,20 @@ func TestValidateRanges(t *testing.T) {
 		{"policy unnamed no prefix", func(c *Config) { p := login(c); p.Name, p.Prefix = "", "" }, `config: policy[2].prefix = "": must not be empty`},
 
 		// gossip
+		{"partition share", func(c *Config) { c.Gossip.Partition = "share" }, ""},
+		{"partition half", func(c *Config) { c.Gossip.Partition = "half" }, `config: gossip.partition = "half": must be "whole" or "share"`},
+		{"policy partition share", func(c *Config) { login(c).Partition = "share" }, ""},
+		{"policy partition bad", func(c *Config) { login(c).Partition = "all" },
+			`config: policy[2] (login).partition = "all": must be one of "", "whole", "share"`},
+		{"forget_after 1s", func(c *Config) { c.Gossip.ForgetAfter.Duration = time.Second }, ""},
+		{"forget_after 0", func(c *Config) { c.Gossip.ForgetAfter.Duration = 0 }, `config: gossip.forget_after = "0s": must be between 1s and 1h`},
+		{"forget_after within silence, share", func(c *Config) {
+			c.Gossip.ForgetAfter.Duration, c.Gossip.Partition = 3*time.Second, "share"
+		}, `config: gossip.forget_after = "3s": must be longer than the silence timeout, 3s at this interval, when a policy is under "share"`},
+		{"forget_after within silence, a policy's share", func(c *Config) {
+			c.Gossip.ForgetAfter.Duration, c.Gossip.Interval.Duration = time.Minute, time.Minute
+			login(c).Partition = "share"
+		}, `config: gossip.forget_after = "1m0s": must be longer than the silence timeout, 3m0s at this interval, when a policy is under "share"`},
 		{"interval 10ms", func(c *Config) { c.Gossip.Interval.Duration = 10 * time.Millisecond }, ""},
 		{"interval 1h", func(c *Config) { c.Gossip.Interval.Duration = time.Hour }, ""},
 		{"interval 9ms", func(c *Config) { c.Gossip.Interval.Duration = 9 * time.Millisecond }, `config: gossip.interval = "9ms": must be between 10ms and 1h`},

@@ -28,11 +28,14 @@ import (
 //	dthrottle_gossip_report_duration_seconds   gauge, once a report is sent
 //	dthrottle_gossip_last_report_timestamp_seconds
 //
+// membership's (members.go: dthrottle_gossip_share, _peers_missing,
+// _peer_behind_seconds),
 // then warm start's dthrottle_warm_* and relaying's dthrottle_relay_*.
 // They are safe for concurrent use.
 func (n *Node) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		n.collector(),
+		n.membersCollector(),
 		warm.Collector(n.warm.Stats),
 		relay.Collector(func() relay.NodeStats { return n.relay.Stats(n.statsTime()) }),
 	}

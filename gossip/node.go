@@ -76,6 +76,11 @@ type Config struct {
 	// not retain them. HeardTop, when set, takes a peer's, arrived at now.
 	Top      func(now time.Time, drained []Hit) wire.TopReport
 	HeardTop func(node uint64, now time.Time, r wire.TopReport)
+	// ForgetAfter is how long a silent peer is missing before it is
+	// forgotten; Members, when set, is given the membership whenever it
+	// changes (members.go). Default DefaultForgetAfter.
+	ForgetAfter time.Duration
+	Members     func(Members)
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -130,6 +135,8 @@ type Node struct {
 	// what peers know of the table holds, and relaying.
 	warm  warmPart
 	relay relayPart
+
+	members members // who is in the cluster, and this node's share (members.go)
 
 	advertised  uint64 // Discovery's version last advertised; guarded by reportMu
 	sinceAdvert int    // reports since then
@@ -187,6 +194,7 @@ func NewNode(cfg Config, t transport.Transport) (*Node, error) {
 	}
 	relaying := relay.NewPart(cfg.Relay, host{n}, cfg.Interval, silentAfter(cfg.Interval))
 	n.relay = relaying
+	n.SetForgetAfter(cfg.ForgetAfter)
 	n.warm = warm.New(warm.Config{Export: cfg.Export, Merge: cfg.Merge, Pending: relaying.Pending,
 		Rate: cfg.SnapshotRate, Logger: cfg.Logger}, host{n})
 	return n, nil
@@ -379,6 +387,7 @@ func (n *Node) Receive(p transport.Packet) {
 	pr.Info.LastHeard = p.At
 	pr.Info.FingerprintMatch = msg.Fingerprint == ours
 	pr.Info.Relayed = msg.Relayed
+	pr.Info.Delay = max(0, p.At.Sub(msg.Sent))
 	wasSilent := pr.Info.Silent
 	pr.Info.Silent = false
 	if split {
@@ -417,6 +426,7 @@ func (n *Node) Receive(p transport.Packet) {
 	if msg.Type == wire.MsgSnapshotRequest {
 		n.warm.ReceiveRequest(msg, p)
 	}
+	n.heardMember(msg, p.At, isNew || wasSilent)
 }
 
 // applyHits applies a peer's reported hits. While an answer to that peer
@@ -464,7 +474,7 @@ func (n *Node) Peers() []PeerInfo {
 	n.mu.Lock()
 	out := n.peers.Sorted()
 	n.mu.Unlock()
-	return n.relay.MarkPeers(out)
+	return n.markMembers(n.relay.MarkPeers(out))
 }
 
 // Stats returns the node's counters, its parts' with them.

@@ -67,6 +67,7 @@ func (n *Node) run() {
 				n.log.Warn("report not sent", "err", err)
 			}
 			n.checkSilence(now)
+			n.checkMembers(now)
 		case p, ok := <-packets:
 			if !ok {
 				packets = nil
@@ -84,8 +85,9 @@ func (n *Node) run() {
 }
 
 // Stop ends the loop Start began, sends the hits not yet reported, so a
-// clean stop loses no served hit, and closes the transport. Stop queries
-// first. Safe to call twice; ctx bounds the wait for the loop.
+// clean stop loses no served hit, says goodbye (members.go), and closes
+// the transport. Stop queries first. Safe to call twice; ctx bounds the
+// wait for the loop.
 func (n *Node) Stop(ctx context.Context) error {
 	var err error
 	n.once.Do(func() {
@@ -100,6 +102,9 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.relay.Final() // a relay passes on all it holds
 		if rerr := n.Report(time.Now()); rerr != nil && err == nil {
 			err = rerr
+		}
+		if gerr := n.sayGoodbye(time.Now()); gerr != nil && err == nil {
+			err = gerr
 		}
 		if cerr := n.transport.Close(); cerr != nil && err == nil {
 			err = cerr

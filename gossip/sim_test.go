@@ -34,7 +34,9 @@ type sim struct {
 	served []time.Duration // when each served query was answered, cluster-wide
 }
 
-func newSim(t *testing.T, n int, pol bucket.Policy, interval time.Duration, mc transport.MemConfig) *sim {
+// newSim makes n nodes; each opt may change a node's Config before it is
+// made.
+func newSim(t *testing.T, n int, pol bucket.Policy, interval time.Duration, mc transport.MemConfig, opts ...func(*simNode, *Config)) *sim {
 	t.Helper()
 	s := &sim{t: t, now: simT0}
 	s.net = transport.NewMemNetwork(mc, func() time.Time { return s.now })
@@ -46,7 +48,7 @@ func newSim(t *testing.T, n int, pol bucket.Policy, interval time.Duration, mc t
 		}
 		sn.table = tb
 		sn.tr = s.net.Join(sn.name)
-		sn.node, err = NewNode(Config{
+		cfg := Config{
 			Since:       simT0,
 			Interval:    interval,
 			Fingerprint: tb.Fingerprint(),
@@ -63,7 +65,11 @@ func newSim(t *testing.T, n int, pol bucket.Policy, interval time.Duration, mc t
 					sn.applied += uint64(h.Count)
 				}
 			},
-		}, sn.tr)
+		}
+		for _, opt := range opts {
+			opt(sn, &cfg)
+		}
+		sn.node, err = NewNode(cfg, sn.tr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +100,10 @@ func (s *sim) deliver() {
 	for _, sn := range s.nodes {
 		for {
 			select {
-			case p := <-sn.tr.Packets():
+			case p, ok := <-sn.tr.Packets():
+				if !ok {
+					break // a node stopped or killed
+				}
 				sn.node.Receive(p)
 				continue
 			default:

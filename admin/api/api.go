@@ -37,6 +37,16 @@ type Peer struct {
 	// Relayed says the peer reports through relays when it hears one, so
 	// that its silence is expected.
 	Relayed bool `json:"relayed,omitempty"`
+	// Missing: silent, neither said goodbye nor forgotten, so out of this
+	// node's share of the rate (Gossip.Share). Left: said goodbye.
+	Missing bool `json:"missing,omitempty"`
+	Left    bool `json:"left,omitempty"`
+	// DelaySeconds is its last datagram's arrival here less its send
+	// time (its clock; 0 when that is ahead of ours); BehindSeconds adds
+	// one report interval, the longest a hit waits for its report: how far
+	// behind the peer's hits can be when applied here.
+	DelaySeconds  float64 `json:"delay_seconds"`
+	BehindSeconds float64 `json:"behind_seconds"`
 }
 
 // Tag is GET /v1/tags/{tag}.
@@ -164,8 +174,13 @@ type Gossip struct {
 	Lost                uint64  `json:"lost"`
 	FingerprintMismatch uint64  `json:"fingerprint_mismatch"`
 	Peers               int     `json:"peers"`
-	Warm                Warm    `json:"warm"`
-	Relay               *Relay  `json:"relay,omitempty"`
+	// PeersMissing are the peers silent, neither gone nor forgotten;
+	// Share is this node's share of the cluster, (1 + live) / (1 + live
+	// + missing), which policies under partition "share" hold.
+	PeersMissing int     `json:"peers_missing"`
+	Share        float64 `json:"share"`
+	Warm         Warm    `json:"warm"`
+	Relay        *Relay  `json:"relay,omitempty"`
 	// Learned are the unicast peers learned now; LearnedTotal, Forgotten and
 	// Refused count those learned, dropped once silent, and not learned for
 	// max_peers over the process's life.

@@ -31,21 +31,40 @@ func peers(args []string, e env) int {
 		return exitOK
 	}
 	slices.SortFunc(ps, func(a, b api.Peer) int { return strings.Compare(a.Node, b.Node) })
+	var st api.Stats
+	if err := fetch("GET", base+"/v1/stats", &st); err != nil {
+		return fail(e, err)
+	}
+	switch g := st.Gossip; {
+	case g.PeersMissing > 0:
+		fmt.Fprintf(e.stdout, "split: %d missing; this node's share of the rate is %.2f (held by policies under partition \"share\")\n", g.PeersMissing, g.Share)
+	case g.Share > 0: // a daemon that says
+		fmt.Fprintln(e.stdout, "whole: no peer missing; this node's share of the rate is 1")
+	}
 	tw := table(e.stdout)
-	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tLAST HEARD\tFIRST HEARD\tPACKETS\tHITS\tLOST\tDUPLICATES\tPOLICIES\tFOUND\tRELAY")
+	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tLAST HEARD\tFIRST HEARD\tPACKETS\tHITS\tLOST\tDUPLICATES\tPOLICIES\tFOUND\tRELAY\tBEHIND")
 	now := e.now()
 	for _, p := range ps {
 		state := "live"
-		if p.Silent {
+		switch {
+		case p.Left:
+			state = "left"
+		case p.Missing:
+			state = "MISSING"
+		case p.Silent:
 			state = "SILENT"
+		}
+		behind := "-"
+		if p.BehindSeconds > 0 {
+			behind = fmt.Sprintf("%.3fs", p.BehindSeconds)
 		}
 		policies := "same"
 		if !p.FingerprintMatch {
 			policies = "DIFFER"
 		}
 		found, relay := cmp.Or(p.Found, "-"), cmp.Or(p.Relay, "-")
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", p.Node, p.Addr, state,
-			ago(now, p.LastHeard), ago(now, p.FirstHeard), p.Packets, p.Hits, p.Lost, p.Duplicates, policies, found, relay)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", p.Node, p.Addr, state,
+			ago(now, p.LastHeard), ago(now, p.FirstHeard), p.Packets, p.Hits, p.Lost, p.Duplicates, policies, found, relay, behind)
 	}
 	tw.Flush()
 	return exitOK

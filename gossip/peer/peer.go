@@ -36,6 +36,12 @@ type Info struct {
 	// FoundMulticast. The node leaves it empty; the daemon, which knows
 	// the transports, fills it in.
 	Found string `json:"found,omitempty"`
+	// Delay, Behind, Missing and Left are the node's membership view
+	// (package gossip's members.go).
+	Delay   time.Duration `json:"delay_ns"`          // its last datagram's arrival here less its send time (its clock), at least 0
+	Behind  time.Duration `json:"behind_ns"`         // Delay plus an interval: how far its hits can be behind when applied here
+	Missing bool          `json:"missing,omitempty"` // silent, neither gone nor forgotten: out of this node's share
+	Left    bool          `json:"left,omitempty"`    // said goodbye: stopped cleanly
 }
 
 // Relay states a peer can have in the peers view (Info.Relay).

@@ -19,6 +19,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(plain[0])
 	f.Add([]byte("DT\x01\x01\x00garbage that is not a header"))
 	f.Add([]byte{})
+	f.Add(readHex(f, "testdata/golden_goodbye.hex"))
 	f.Add(readHex(f, "testdata/golden_snapshot.hex"))
 	f.Add(readHex(f, "testdata/golden_request.hex"))
 	f.Add(readHex(f, "testdata/golden_peers.hex"))

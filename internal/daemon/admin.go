@@ -57,7 +57,7 @@ func (d *Daemon) snapshot() admin.Snapshot {
 	}
 	if d.gossip != nil {
 		n := d.gossip.node
-		g := &admin.Gossip{Node: n.ID(), Stats: n.Stats()}
+		g := &admin.Gossip{Node: n.ID(), Stats: n.Stats(), Members: n.Members()}
 		if u := d.gossip.unicast; u != nil {
 			g.Discovery = u.DiscoveryStats()
 		}

@@ -92,6 +92,7 @@ type Daemon struct {
 	version  string
 
 	table  *bucket.Table
+	shares shareState      // the policies the table holds, at this node's share, share.go
 	beat   *beating        // the shared table's heartbeat, shared.go; nil when not shared
 	top    *topRun         // who is throttled, top.go
 	ways   []*way          // the ways in the config turns on, in the order of ways
@@ -140,6 +141,7 @@ func New(opts Options) (_ *Daemon, err error) {
 	if d.table, err = bucket.New(tableConfig(cfg)); err != nil {
 		return nil, err
 	}
+	d.shares.cfg = cfg
 	d.loadState(cfg)
 	var every time.Duration // the peers' report interval, when there are peers
 	if cfg.Gossip.Group != "" || len(cfg.Gossip.Peers) > 0 {

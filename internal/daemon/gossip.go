@@ -93,6 +93,8 @@ func (d *Daemon) startGossip(full config.Config, open func(config.Gossip) (trans
 		Merge:       warmMerge(table),
 		Top:         d.top.report,
 		HeardTop:    d.top.heard,
+		ForgetAfter: cfg.ForgetAfter.Duration,
+		Members:     d.setShare,
 		Logger:      log,
 	}, t)
 	if err != nil {

@@ -9,10 +9,11 @@ import (
 )
 
 // Reload rereads the config file and applies it without losing bucket
-// state: policies, rates, bursts, dry runs, max_tags, max_tag_bytes, the
-// gossip interval, secret, max_packet, max_peers and peers, relay.mode,
-// relay.hold and relay.peers, http.refuse_status, state.file (the file
-// saved to on stop) and the log level change live.
+// state: policies, rates, bursts, dry runs, partitions, max_tags,
+// max_tag_bytes, the gossip interval, secret, max_packet, max_peers,
+// peers and forget_after, relay.mode, relay.hold and relay.peers,
+// http.refuse_status, state.file (the file saved to on stop) and the log
+// level change live.
 // A file that fails validation changes nothing and is logged and counted.
 // Settings read only at start (see needsRestart) are logged as needing a
 // restart and keep their running value. The Notifier hears of the reload, and an Event
@@ -63,7 +64,7 @@ func (d *Daemon) reload() ([]string, error) {
 			return nil, err
 		}
 	}
-	if err := d.table.Reconfigure(d.now(), tableConfig(next)); err != nil {
+	if err := d.reconfigureTable(d.now(), next); err != nil {
 		return nil, err
 	}
 	if d.gossip != nil {
@@ -71,6 +72,7 @@ func (d *Daemon) reload() ([]string, error) {
 			MaxPacket: next.Gossip.MaxPacket, Key: key, Fingerprint: d.table.Fingerprint()}); err != nil {
 			return nil, err
 		}
+		d.gossip.node.SetForgetAfter(next.Gossip.ForgetAfter.Duration)
 		if d.gossip.unicast != nil {
 			d.gossip.unicast.SetLearning(learnMax(next.Gossip, key))
 		}
