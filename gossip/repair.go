@@ -13,8 +13,9 @@ import (
 
 // This file owns loss repair. A sender keeps the datagrams it sent
 // recently (sentLog); a receiver that sees numbers missing from a sender's
-// sequence asks for them again (a MsgRepair, after one interval of grace
-// for datagrams merely late), up to peer.MaxAsks times, and the sender
+// sequence asks for them again (a MsgRepair, at its first report a quarter
+// interval after it noticed the gap, a grace for datagrams merely late),
+// once a report, up to peer.MaxAsks times, and the sender
 // sends those it still keeps, byte for byte as it first sent them. A
 // resent datagram is the original: its sequence number is the one the
 // receiver's window is missing, so it is applied once, and a resend that
@@ -31,9 +32,10 @@ import (
 // node on someone else.
 
 // Bounds of the sent log: the datagrams kept, their bytes, and for how
-// many intervals. A receiver asks for a missing datagram from one
+// many intervals. A receiver asks for a missing datagram from a quarter
 // interval after it noticed the gap, once an interval, at most
-// peer.MaxAsks times: keepIntervals covers that with room for the delay.
+// peer.MaxAsks times (peer.RepairWithin): keepIntervals covers that with
+// room for the delay.
 const (
 	keepDatagrams = 2048
 	keepBytes     = 4 << 20
@@ -160,7 +162,7 @@ func (n *Node) sendOwn(now time.Time) func(pkt []byte) error {
 // relayed to it. Called from the report, which holds reportMu.
 func (n *Node) askRepairs(now time.Time) {
 	n.mu.Lock()
-	hold := n.cfg.Interval
+	hold := n.cfg.Interval / 4
 	type ask struct {
 		to   uint64
 		addr string
