@@ -85,28 +85,6 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Stats are a node's counters over its life.
-type Stats struct {
-	PacketsSent, BytesSent         uint64
-	PacketsReceived, BytesReceived uint64 // accepted datagrams
-	TagsSent, TagsReceived         uint64 // tag entries in reports
-	SkippedTags                    uint64 // keys too long for one datagram
-	SendErrors                     uint64
-	DroppedAuth                    uint64 // no valid MAC under a key
-	DroppedMalformed               uint64
-	DroppedVersion                 uint64
-	DroppedDuplicate               uint64
-	DroppedStale                   uint64 // sent before Since, or too long ago
-	Own                            uint64 // our own datagrams heard back
-	Lost                           uint64 // datagrams missing from peers' sequences, repairs not arrived
-	Repair                         RepairStats
-	FingerprintMismatch            uint64 // datagrams from peers with other policies
-	Warm                           warm.Stats
-	Relay                          relay.NodeStats
-	LastReport                     time.Time
-	LastReportDuration             time.Duration
-}
-
 // PeerInfo is what a node knows of one peer, for logs and the admin view.
 type PeerInfo = peer.Info
 
@@ -278,18 +256,6 @@ func (n *Node) broadcast(now time.Time, hits []Hit) error {
 		err = sendErr
 	}
 	return err
-}
-
-// countSent adds datagrams, bytes and tag entries sent to the counters.
-func (n *Node) countSent(packets, bytes uint64, tags int, failed bool) {
-	n.mu.Lock()
-	n.stats.PacketsSent += packets
-	n.stats.BytesSent += bytes
-	n.stats.TagsSent += uint64(tags)
-	if failed {
-		n.stats.SendErrors++
-	}
-	n.mu.Unlock()
 }
 
 // silentAfter is the silence timeout now.
@@ -475,28 +441,6 @@ func (n *Node) Peers() []PeerInfo {
 	out := n.peers.Sorted()
 	n.mu.Unlock()
 	return n.markMembers(n.relay.MarkPeers(out))
-}
-
-// Stats returns the node's counters, its parts' with them.
-func (n *Node) Stats() Stats {
-	st := n.nodeStats()
-	st.Repair.Repaired += n.relay.Repaired()
-	st.Warm = n.warm.Stats()
-	st.Relay = n.relay.Stats(n.statsTime())
-	return st
-}
-
-// nodeStats returns the node's own counters, without its parts'.
-func (n *Node) nodeStats() Stats {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	st := n.stats
-	st.Repair = n.repairStats
-	for _, p := range n.peers {
-		st.Lost += p.Info.Lost
-		st.Repair.Repaired += p.Info.Repaired
-	}
-	return st
 }
 
 // Warm asks the peers for their table at now, and merges their answers
