@@ -49,6 +49,7 @@ func fakeSnapshot() Snapshot {
 				DroppedStale:        14,
 				Own:                 8,
 				Lost:                9,
+				Repair:              gossip.RepairStats{Requests: 15, Asked: 16, Repaired: 17, Resent: 18, Suppressed: 19, Gone: 20, Refused: 21},
 				FingerprintMismatch: 13,
 				LastReport:          t0.Add(-400 * time.Millisecond),
 				LastReportDuration:  1500 * time.Microsecond,

@@ -60,7 +60,7 @@ func TestStats(t *testing.T) {
 		`"queries":{"total":100,"ok":90,"no":10,"line_too_long":2},`+
 		`"policies":[{"name":"default","action":"limit","ok":60,"no":8},{"name":"login","action":"limit","ok":30,"no":2}],`+
 		`"gossip":{"enabled":true,"node":"9f86d081884c7d65","packets_sent":11,"bytes_sent":1100,"packets_received":22,"bytes_received":2200,`+
-		`"dropped":{"auth":3,"malformed":4,"version":5,"duplicate":6,"stale":14},"lost":9,"fingerprint_mismatch":13,"peers":2,"peers_missing":1,"share":0.75,`+
+		`"dropped":{"auth":3,"malformed":4,"version":5,"duplicate":6,"stale":14},"lost":9,"repair":{"requests":15,"asked":16,"repaired":17,"resent":18,"suppressed":19,"gone":20,"refused":21},"fingerprint_mismatch":13,"peers":2,"peers_missing":1,"share":0.75,`+
 		strings.Replace(warmZero, `},"learned"`, `},`+relay+`,"learned"`, 1)+`}}`)
 
 	// Gossip off, no policies, empty tags only: the same shape, zeroed.
@@ -70,7 +70,7 @@ func TestStats(t *testing.T) {
 		`"connections":{"active":0,"accepted":0,"rejected":0},`+
 		`"queries":{"total":4,"ok":0,"no":0,"line_too_long":0},"policies":[],`+
 		`"gossip":{"enabled":false,"node":"","packets_sent":0,"bytes_sent":0,"packets_received":0,"bytes_received":0,`+
-		`"dropped":{"auth":0,"malformed":0,"version":0,"duplicate":0,"stale":0},"lost":0,"fingerprint_mismatch":0,"peers":0,"peers_missing":0,"share":1,`+warmZero+`}}`)
+		`"dropped":{"auth":0,"malformed":0,"version":0,"duplicate":0,"stale":0},"lost":0,"repair":{"requests":0,"asked":0,"repaired":0,"resent":0,"suppressed":0,"gone":0,"refused":0},"fingerprint_mismatch":0,"peers":0,"peers_missing":0,"share":1,`+warmZero+`}}`)
 }
 
 // warmZero is the gossip.warm object of a node that neither asked nor
@@ -89,13 +89,13 @@ func TestPeers(t *testing.T) {
 		{Node: 0x9f86d081884c7d65, Addr: "10.0.0.2:7777", FirstHeard: t0.Add(-time.Hour), LastHeard: t0.Add(-250 * time.Millisecond),
 			Packets: 123, Hits: 4567, FingerprintMatch: true, Delay: 20 * time.Millisecond, Behind: 1020 * time.Millisecond},
 		{Node: 0x2a, Addr: "10.0.0.3:7777", FirstHeard: t0.In(time.FixedZone("X", 3600)), LastHeard: t0,
-			Lost: 4, Duplicates: 1, Silent: true, Missing: true},
+			Lost: 4, Repaired: 3, Duplicates: 1, Silent: true, Missing: true},
 	}
 	res, body = do(t, h, http.MethodGet, "/v1/peers")
 	checkJSON(t, res, body, 200, `[{"node":"9f86d081884c7d65","addr":"10.0.0.2:7777","first_heard":"2026-01-01T11:00:00Z","last_heard":"2026-01-01T11:59:59.75Z",`+
-		`"packets":123,"hits":4567,"lost":0,"duplicates":0,"fingerprint_match":true,"silent":false,"delay_seconds":0.02,"behind_seconds":1.02},`+
+		`"packets":123,"hits":4567,"lost":0,"repaired":0,"duplicates":0,"fingerprint_match":true,"silent":false,"delay_seconds":0.02,"behind_seconds":1.02},`+
 		`{"node":"000000000000002a","addr":"10.0.0.3:7777","first_heard":"2026-01-01T12:00:00Z","last_heard":"2026-01-01T12:00:00Z",`+
-		`"packets":0,"hits":0,"lost":4,"duplicates":1,"fingerprint_match":false,"silent":true,"missing":true,"delay_seconds":0,"behind_seconds":0}]`)
+		`"packets":0,"hits":0,"lost":4,"repaired":3,"duplicates":1,"fingerprint_match":false,"silent":true,"missing":true,"delay_seconds":0,"behind_seconds":0}]`)
 
 	// Gossip off: no Peers function at all.
 	src := f.sources()

@@ -23,7 +23,8 @@ type Peer struct {
 	LastHeard        time.Time `json:"last_heard"`
 	Packets          uint64    `json:"packets"`
 	Hits             uint64    `json:"hits"`
-	Lost             uint64    `json:"lost"`
+	Lost             uint64    `json:"lost"`     // datagrams missing from its sequence, not repaired
+	Repaired         uint64    `json:"repaired"` // datagrams that arrived after this node asked for them again
 	Duplicates       uint64    `json:"duplicates"`
 	FingerprintMatch bool      `json:"fingerprint_match"`
 	Silent           bool      `json:"silent"`
@@ -172,6 +173,7 @@ type Gossip struct {
 	BytesReceived       uint64  `json:"bytes_received"`
 	Dropped             Dropped `json:"dropped"`
 	Lost                uint64  `json:"lost"`
+	Repair              Repair  `json:"repair"`
 	FingerprintMismatch uint64  `json:"fingerprint_mismatch"`
 	Peers               int     `json:"peers"`
 	// PeersMissing are the peers silent, neither gone nor forgotten;
@@ -278,4 +280,17 @@ type TopTag struct {
 	Escaped bool   `json:"escaped,omitempty"` // Tag is escaped: the tag is not valid UTF-8
 	Count   uint64 `json:"count"`
 	Error   uint64 `json:"error"` // Count overstates the true count by at most this
+}
+
+// Repair is loss repair's counters in Gossip (docs/design.md, "Lost
+// reports are repaired"): what this node asked its peers for again and
+// what arrived, and what its peers asked it for.
+type Repair struct {
+	Requests   uint64 `json:"requests"`   // repair requests sent
+	Asked      uint64 `json:"asked"`      // datagrams asked for, over every request
+	Repaired   uint64 `json:"repaired"`   // datagrams that arrived after being asked for
+	Resent     uint64 `json:"resent"`     // datagrams sent again for peers
+	Suppressed uint64 `json:"suppressed"` // asked for on multicast just after being sent again
+	Gone       uint64 `json:"gone"`       // asked for, no longer kept
+	Refused    uint64 `json:"refused"`    // asked from an address no peer is heard from
 }

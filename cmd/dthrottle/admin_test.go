@@ -14,13 +14,13 @@ import (
 const (
 	healthJSON = `{"status":"ok","peers":2,"seconds_since_report":0.4}`
 	peersJSON  = `[
- {"node":"c3d4e5f6a7b8c9d0","addr":"10.0.0.3:7777","first_heard":"2026-01-01T00:00:00Z","last_heard":"2026-01-01T00:59:50Z","packets":9,"hits":10,"lost":1,"duplicates":2,"fingerprint_match":false,"silent":true,"found":"learned","relay":"segment","missing":true,"delay_seconds":0.002,"behind_seconds":1.002},
+ {"node":"c3d4e5f6a7b8c9d0","addr":"10.0.0.3:7777","first_heard":"2026-01-01T00:00:00Z","last_heard":"2026-01-01T00:59:50Z","packets":9,"hits":10,"lost":1,"repaired":5,"duplicates":2,"fingerprint_match":false,"silent":true,"found":"learned","relay":"segment","missing":true,"delay_seconds":0.002,"behind_seconds":1.002},
  {"node":"9f86d081884c7d65","addr":"10.0.0.2:7777","first_heard":"2026-01-01T00:00:00Z","last_heard":"2026-01-01T00:59:59.6Z","packets":123,"hits":4567,"lost":0,"duplicates":0,"fingerprint_match":true,"silent":false,"delay_seconds":0.02,"behind_seconds":1.02}]`
 	tagJSON     = `{"tag":"1.2.3.4","key":"1.2.3.4","tracked":true,"policy":"default","action":"limit","rate":1,"burst":10,"tokens":3.5,"debt":0,"unreported":2}`
 	untracked   = `{"tag":"a b/c","key":"a b/c","tracked":false,"policy":"login","action":"limit","rate":0.2,"burst":5,"tokens":5,"debt":0,"unreported":0}`
 	forgetJSON  = `{"tag":"a b/c","forgotten":true}`
 	dryRunJSON  = `{"tag":"try:x","key":"try:x","tracked":true,"policy":"try","action":"limit","rate":1,"burst":2,"tokens":0,"debt":0,"unreported":2,"dry_run":true,"dry_run_refused":7}`
-	statsJSON   = `{"version":"v1.2.3","uptime_seconds":12.3,"tags":1234,"evictions":0,"evicted_hits":0,"connections":{"active":3,"accepted":10,"rejected":0},"queries":{"total":100,"ok":90,"no":10,"line_too_long":0},"policies":[{"name":"default","ok":90,"no":10}],"gossip":{"enabled":true,"node":"0102030405060708","packets_sent":1,"bytes_sent":1,"packets_received":1,"bytes_received":1,"dropped":{"auth":0,"malformed":0,"version":0,"duplicate":0},"lost":0,"fingerprint_mismatch":0,"peers":2,"peers_missing":1,"share":0.67}}`
+	statsJSON   = `{"version":"v1.2.3","uptime_seconds":12.3,"tags":1234,"evictions":0,"evicted_hits":0,"connections":{"active":3,"accepted":10,"rejected":0},"queries":{"total":100,"ok":90,"no":10,"line_too_long":0},"policies":[{"name":"default","ok":90,"no":10}],"gossip":{"enabled":true,"node":"0102030405060708","packets_sent":1,"bytes_sent":1,"packets_received":1,"bytes_received":1,"dropped":{"auth":0,"malformed":0,"version":0,"duplicate":0},"lost":0,"repair":{"requests":2,"asked":3,"repaired":3,"resent":4,"suppressed":1,"gone":0,"refused":0},"fingerprint_mismatch":0,"peers":2,"peers_missing":1,"share":0.67}}`
 	unknownKeys = `{"status":"degraded","peers":0,"seconds_since_report":75,"added_later":[1,2]}`
 )
 
@@ -79,9 +79,9 @@ func TestAdminCommands(t *testing.T) {
 		{[]string{"health", "-admin", addr}, "ok: 2 peers, last report 400ms ago\n"},
 		{[]string{"peers", "-admin", f.URL}, `
 split: 1 missing; this node's share of the rate is 0.67 (held by policies under partition "share")
-NODE              ADDRESS        STATE    LAST HEARD  FIRST HEARD  PACKETS  HITS  LOST  DUPLICATES  POLICIES  FOUND    RELAY    BEHIND
-9f86d081884c7d65  10.0.0.2:7777  live     400ms ago   1h0m0s ago   123      4567  0     0           same      -        -        1.020s
-c3d4e5f6a7b8c9d0  10.0.0.3:7777  MISSING  10s ago     1h0m0s ago   9        10    1     2           DIFFER    learned  segment  1.002s
+NODE              ADDRESS        STATE    LAST HEARD  FIRST HEARD  PACKETS  HITS  LOST  REPAIRED  DUPLICATES  POLICIES  FOUND    RELAY    BEHIND
+9f86d081884c7d65  10.0.0.2:7777  live     400ms ago   1h0m0s ago   123      4567  0     0         0           same      -        -        1.020s
+c3d4e5f6a7b8c9d0  10.0.0.3:7777  MISSING  10s ago     1h0m0s ago   9        10    1     5         2           DIFFER    learned  segment  1.002s
 `},
 		{[]string{"tag", "-admin", addr, "1.2.3.4"}, `
 tag         "1.2.3.4"
@@ -120,7 +120,8 @@ gossip             node 0102030405060708, 2 peers
   sent             1 datagrams, 1 bytes
   received         1 datagrams, 1 bytes
   dropped          0 bad MAC, 0 malformed, 0 other version, 0 duplicates, 0 stale
-  lost             0 datagrams
+  lost             0 datagrams (3 repaired)
+  repair           3 datagrams asked for in 2 requests; for peers 4 resent, 1 suppressed, 0 gone, 0 refused
   policy mismatch  0 datagrams
 
 POLICY   OK  NO  REFUSED

@@ -42,7 +42,7 @@ func peers(args []string, e env) int {
 		fmt.Fprintln(e.stdout, "whole: no peer missing; this node's share of the rate is 1")
 	}
 	tw := table(e.stdout)
-	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tLAST HEARD\tFIRST HEARD\tPACKETS\tHITS\tLOST\tDUPLICATES\tPOLICIES\tFOUND\tRELAY\tBEHIND")
+	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tLAST HEARD\tFIRST HEARD\tPACKETS\tHITS\tLOST\tREPAIRED\tDUPLICATES\tPOLICIES\tFOUND\tRELAY\tBEHIND")
 	now := e.now()
 	for _, p := range ps {
 		state := "live"
@@ -63,8 +63,8 @@ func peers(args []string, e env) int {
 			policies = "DIFFER"
 		}
 		found, relay := cmp.Or(p.Found, "-"), cmp.Or(p.Relay, "-")
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", p.Node, p.Addr, state,
-			ago(now, p.LastHeard), ago(now, p.FirstHeard), p.Packets, p.Hits, p.Lost, p.Duplicates, policies, found, relay, behind)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", p.Node, p.Addr, state,
+			ago(now, p.LastHeard), ago(now, p.FirstHeard), p.Packets, p.Hits, p.Lost, p.Repaired, p.Duplicates, policies, found, relay, behind)
 	}
 	tw.Flush()
 	return exitOK
@@ -150,7 +150,10 @@ func stats(args []string, e env) int {
 		fmt.Fprintf(tw, "  received\t%d datagrams, %d bytes\n", g.PacketsReceived, g.BytesReceived)
 		d := g.Dropped
 		fmt.Fprintf(tw, "  dropped\t%d bad MAC, %d malformed, %d other version, %d duplicates, %d stale\n", d.Auth, d.Malformed, d.Version, d.Duplicate, d.Stale)
-		fmt.Fprintf(tw, "  lost\t%d datagrams\n", g.Lost)
+		fmt.Fprintf(tw, "  lost\t%d datagrams (%d repaired)\n", g.Lost, g.Repair.Repaired)
+		r := g.Repair
+		fmt.Fprintf(tw, "  repair\t%d datagrams asked for in %d requests; for peers %d resent, %d suppressed, %d gone, %d refused\n",
+			r.Asked, r.Requests, r.Resent, r.Suppressed, r.Gone, r.Refused)
 		fmt.Fprintf(tw, "  policy mismatch\t%d datagrams\n", g.FingerprintMismatch)
 	}
 	tw.Flush()
