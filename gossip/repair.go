@@ -40,6 +40,7 @@ const (
 	keepDatagrams = 2048
 	keepBytes     = 4 << 20
 	keepIntervals = 16
+	keepAtLeast   = 10 * time.Second // for short intervals, and a busy receiver
 )
 
 // streamKey names one of this node's sequences: wire.StreamToRelay is one
@@ -125,7 +126,7 @@ func (l *sentLog) find(s streamKey, seq uint64, now time.Time, every time.Durati
 		return nil, false
 	}
 	d := &l.ring[i]
-	if now.Sub(d.at) > keepIntervals*every {
+	if now.Sub(d.at) > max(keepIntervals*every, keepAtLeast) {
 		return nil, false
 	}
 	if toAll {

