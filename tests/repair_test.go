@@ -105,8 +105,9 @@ func TestRepairMulticast(t *testing.T) {
 // TestSegments builds them (multicast inside each, two relays each, the
 // third node reporting through them), for 20 s; the loss is on both
 // bridges and on the routed link between them. The policy is
-// TestSegments' (rate 20/s, burst 10, hammered at 200 queries a second),
-// under which every node sends a relay its hits every interval.
+// TestSegments' (rate 20/s, burst 10, hammered at 200 queries a second).
+// The hits that never reached a relay's sum are allowed on top of the 5%:
+// repair does not reach them (relayedMissed says why).
 func TestRepairRelays(t *testing.T) {
 	t.Parallel()
 	if !netns.Run(t) {
@@ -193,24 +194,24 @@ func compareRepair(t *testing.T, rc repairCase, build repairCluster, count repai
 	}
 	// Without repair a receiver misses about repairLoss% of what the
 	// others serve; with it, far fewer.
-	if unrepaired := float64(lossy.served) * float64(repairLoss) / 100; float64(lossy.worst) > unrepaired/4 {
-		t.Errorf("a receiver missed %d hits with %d%% loss, want well under the %.0f it would miss without repair", lossy.worst, repairLoss, unrepaired)
+	if without := float64(lossy.served) * float64(repairLoss) / 100; float64(lossy.worst) > without/4 {
+		t.Errorf("a receiver missed %d hits with %d%% loss, want well under the %.0f or so it would miss without repair", lossy.worst, repairLoss, without)
 	}
-	unrepaired := ""
+	beforeRelays := ""
 	if lossy.unrepaired > 0 {
-		unrepaired = fmt.Sprintf(" and %d before the relays, unrepaired", lossy.unrepaired)
+		beforeRelays = fmt.Sprintf(" and %d before the relays, unrepaired", lossy.unrepaired)
 	}
 	t.Logf("figures: %s: %v at %d/s (rate %g, burst %d), %d%% loss: served %d lossless, %d lossy (ratio %.3f; %.2f/s and %.2f/s; bounds %.0f and %.0f); "+
 		"most in 1 s %d and %d; repaired %.0f, resent %.0f, still lost %.0f datagrams; hits lost %d over all receivers (at most %d at one)%s, lossless %d; "+
 		"gossip bytes sent a second per node %.0f lossless, %.0f lossy; counters over all nodes, lossy: %v",
 		t.Name(), rc.dur, rc.load, rc.policy.rate, rc.policy.burst, repairLoss, clean.served, lossy.served, ratio,
 		float64(clean.served)/clean.dur.Seconds(), float64(lossy.served)/lossy.dur.Seconds(), clean.limit, lossy.limit,
-		clean.most, lossy.most, lossy.c["repaired"], lossy.c["resent"], lossy.c["lost"], lossy.lost, lossy.worst, unrepaired, clean.lost,
+		clean.most, lossy.most, lossy.c["repaired"], lossy.c["resent"], lossy.c["lost"], lossy.lost, lossy.worst, beforeRelays, clean.lost,
 		clean.bytes, lossy.bytes, lossy.c)
 }
 
 // measureRepair builds run i, makes its subnets lossy if asked, hammers
-// one tag for dur and reads the outcome once every repair has ended.
+// one tag as rc says and reads the outcome once every repair has ended.
 // The loss lasts until the load's hits are repaired or lost for good.
 func measureRepair(t *testing.T, i int, lossy bool, rc repairCase, build repairCluster, count repairCounted) repairRun {
 	t.Helper()
