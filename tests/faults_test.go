@@ -60,8 +60,12 @@ func TestFaults(t *testing.T) {
 	t.Run("policies", faultPolicies)
 }
 
-// faultLoss: 20% of the datagrams the bridge forwards are dropped. The
-// cluster may then serve more than the bound, by at most the hits lost.
+// faultLoss: 20% of the datagrams the bridge forwards are dropped
+// (reports, repair requests and resends alike). Every node asks for what
+// it misses and has it sent again (docs/design.md, "Lost reports are
+// repaired"), so few hits are lost for good; the cluster may serve more
+// than the bound by at most those. tests/repair_test.go compares such
+// runs with lossless ones.
 func faultLoss(t *testing.T) {
 	if !netns.Run(t) {
 		return
@@ -71,23 +75,29 @@ func faultLoss(t *testing.T) {
 	nft(t, `table bridge loss {
 	chain forward {
 		type filter hook forward priority 0; policy accept;
-		udp dport 7777 numgen random mod 100 < 20 drop
+		meta l4proto udp numgen random mod 100 < 20 drop
 	}
 }`)
 	ld := startLoad(l.hosts, "loss", 6*time.Second)
 	ld.wait(t, 0)
+	endLoss(t, ds, ld.end, "delete table bridge loss\n")
 	settle(t, ds, ld.end)
+	awaitRepairs(t, ds)
 	// The node that serves last in a window bounds it; it may have
 	// missed at most what the receiver that missed most did.
 	worst, sum := missed(t, ld, ds)
 	limit := checkBound(t, ld, len(ds), faultPolicy, faultDelay, worst)
 	for i, d := range ds {
-		if c := totals(t, d); c["lost"] == 0 {
-			t.Errorf("node %d counted no datagram lost: %v", i+1, c)
+		if c := totals(t, d); c["asked"] == 0 || c["repaired"] == 0 {
+			t.Errorf("node %d asked for no datagram again, or had none repaired: %v", i+1, c)
 		}
 	}
-	if sum == 0 {
-		t.Error("no hit lost: were datagrams dropped at all?")
+	// Without repair, each receiver misses about 20% of what the others
+	// serve: 80 to 95 hits over all in such a run. With it, 0 to 16, and
+	// once 40 under -race beside other tests, while no node counted a
+	// datagram lost.
+	if unrepaired := float64(ld.served()*(len(ds)-1)) * 0.2; float64(sum) > unrepaired/2 {
+		t.Errorf("%d hits lost over all receivers, want well under the %.0f that 20%% loss takes without repair", sum, unrepaired)
 	}
 	figures(t, ld, limit, fmt.Sprintf("hits lost %d over all receivers, at most %d at one", sum, worst), totals(t, ds...))
 }

@@ -12,17 +12,19 @@ import (
 // asked and what came of it, when each was served, and the counts over
 // windows that the bounds are checked against.
 
-// load queries one tag on a cluster's hosts in turn, faultLoad a second,
-// one query in flight over a connection per daemon, and records every
-// query it asks and when each was served. A host that is down is skipped
-// at its turn (no query is asked).
+// load queries one tag on a cluster's hosts in turn, at a steady rate
+// (faultLoad a second unless told otherwise), one query in flight over a
+// connection per daemon, and records every query it asks and when each
+// was served. A host that is down is skipped at its turn (no query is
+// asked).
 type load struct {
 	start, end time.Time // end: the last reply
+	dur        time.Duration
 	done       chan struct{}
 	// Written by the load's goroutine, read after done.
 	ok      map[*daemon][]time.Time // when each OK arrived, per daemon
 	failed  int                     // queries to a running daemon that failed
-	queries []query                 // every query asked, in order: at most faultLoad a second
+	queries []query                 // every query asked, in order: at most its rate a second
 }
 
 // query is one query the load asked: when, of which daemon, and what
@@ -42,16 +44,21 @@ const (
 	noAnswer // the dial, the write or the read failed
 )
 
-// startLoad hammers tag on hosts for dur.
+// startLoad hammers tag on hosts for dur, faultLoad queries a second.
 func startLoad(hosts []*host, tag string, dur time.Duration) *load {
-	l := &load{start: time.Now(), done: make(chan struct{}), ok: map[*daemon][]time.Time{}}
-	// The ticker asks at most faultLoad queries a second (it drops ticks
+	return startLoadAt(hosts, tag, dur, faultLoad)
+}
+
+// startLoadAt hammers tag on hosts for dur, perSecond queries a second.
+func startLoadAt(hosts []*host, tag string, dur time.Duration, perSecond int) *load {
+	l := &load{start: time.Now(), dur: dur, done: make(chan struct{}), ok: map[*daemon][]time.Time{}}
+	// The ticker asks at most perSecond queries a second (it drops ticks
 	// when a query is slow), so the record stays about this size.
-	l.queries = make([]query, 0, int(dur.Seconds()*faultLoad)+1)
+	l.queries = make([]query, 0, int(dur.Seconds()*float64(perSecond))+1)
 	go func() {
 		defer close(l.done)
 		conns := map[*daemon]net.Conn{}
-		tick := time.NewTicker(time.Second / faultLoad)
+		tick := time.NewTicker(time.Second / time.Duration(perSecond))
 		defer tick.Stop()
 		for i := 0; time.Since(l.start) < dur; i++ {
 			<-tick.C
@@ -107,8 +114,8 @@ func (l *load) wait(t *testing.T, mayFail int) {
 	t.Helper()
 	select {
 	case <-l.done:
-	case <-time.After(time.Minute):
-		t.Fatal("load generator did not stop")
+	case <-time.After(time.Until(l.start.Add(l.dur + time.Minute))):
+		t.Fatalf("load generator did not stop a minute after its %v", l.dur)
 	}
 	if l.failed > mayFail {
 		t.Errorf("%d queries to running daemons failed", l.failed)

@@ -161,8 +161,15 @@ http = "%s:0"
 // the test ends.
 func (h *host) start(t *testing.T, c nodeConfig) *daemon {
 	t.Helper()
+	return h.startConfig(t, c, h.configFor(c))
+}
+
+// startConfig runs a daemon in h's namespace with config, made from c
+// (which restart uses again), until the test ends.
+func (h *host) startConfig(t *testing.T, c nodeConfig, config string) *daemon {
+	t.Helper()
 	var d *daemon
-	if err := h.ns.Do(func() error { d = startDaemon(t, h.configFor(c)); return nil }); err != nil {
+	if err := h.ns.Do(func() error { d = startDaemon(t, config); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	h.mu.Lock()

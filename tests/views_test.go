@@ -103,6 +103,14 @@ var gossipSeries = []struct{ name, family, label string }{
 	{"stale", "dthrottle_gossip_packets_dropped_total", "reason=stale"},
 	{"malformed", "dthrottle_gossip_packets_dropped_total", "reason=malformed"},
 	{"own", "dthrottle_gossip_own_packets_total", ""},
+	{"requests", "dthrottle_gossip_repair_requests_total", ""},
+	{"asked", "dthrottle_gossip_repair_asked_total", ""},
+	{"repaired", "dthrottle_gossip_packets_repaired_total", ""},
+	{"resent", "dthrottle_gossip_repair_answers_total", "result=resent"},
+	{"suppressed", "dthrottle_gossip_repair_answers_total", "result=suppressed"},
+	{"gone", "dthrottle_gossip_repair_answers_total", "result=gone"},
+	{"refused", "dthrottle_gossip_repair_answers_total", "result=refused"},
+	{"bytes", "dthrottle_gossip_bytes_sent_total", ""},
 	{"mismatch", "dthrottle_gossip_fingerprint_mismatches_total", ""},
 }
 
