@@ -121,7 +121,7 @@ type Part struct {
 	back    []Hit // Forward's own hits come back, reused
 	stats   NodeStats
 
-	encs    map[uint64]*wire.Encoder // per relay, the stream of hits sent to it
+	encs    map[uint64]*toRelay // per relay, the stream of hits sent to it
 	liveBuf []live
 	linkEnc wire.Encoder
 	byRelay [][]Hit
@@ -181,7 +181,7 @@ func NewPart(cfg Config, host Host, every, silent time.Duration) *Part {
 		remote:  peer.Table{},
 		senders: peer.Table{},
 		foreign: map[string]uint32{},
-		encs:    map[uint64]*wire.Encoder{},
+		encs:    map[uint64]*toRelay{},
 		every:   every,
 		silent:  silent,
 		link:    cfg.Link,
@@ -328,14 +328,19 @@ func (p *Part) sendToRelays(now time.Time, hits []Hit, live []live) error {
 	var errs []error
 	var packets, bytes uint64
 	for k, r := range live {
-		if r.self {
-			continue // an empty list still goes: the stream's heartbeat
+		st := p.encs[r.id]
+		if st == nil {
+			st = &toRelay{enc: wire.Encoder{Node: p.host.ID()}}
+			p.encs[r.id] = st
 		}
-		enc := p.encs[r.id]
-		if enc == nil {
-			enc = &wire.Encoder{Node: p.host.ID()}
-			p.encs[r.id] = enc
+		if r.self || len(p.byRelay[k]) == 0 && !st.open {
+			continue
 		}
+		// An interval with hits is followed by one datagram at least,
+		// empty if need be, so that the relay sees a loss of the last
+		// one at once, and asks for it again (package gossip's repair.go).
+		st.open = len(p.byRelay[k]) > 0
+		enc := &st.enc
 		p.host.Configure(enc)
 		enc.Relayed = true
 		send := func(pkt []byte) error {
@@ -439,4 +444,11 @@ func (p *Part) Forward(now time.Time) error {
 		return errs[0]
 	}
 	return nil
+}
+
+// toRelay is the stream of a node's hits for one relay: its sequence, and
+// whether the last interval sent it hits.
+type toRelay struct {
+	enc  wire.Encoder
+	open bool
 }

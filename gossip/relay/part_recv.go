@@ -66,7 +66,11 @@ func (p *Part) ReceiveRelayed(msg wire.Message, pkt transport.Packet) {
 		table = p.remote
 	}
 	pr, isNew := table.For(msg.Node, pkt.From, pkt.At)
-	split := !isNew && peer.Split(pr.Info.LastHeard, pkt.At, silent)
+	// A node's hits for this relay go only in intervals that have some,
+	// and the next one: a silence of that stream is no split (the node
+	// sends to every peer itself after a silence of the relay's), and its
+	// gaps are asked for whatever came between.
+	split := !isNew && msg.Type == wire.MsgCrossing && peer.Split(pr.Info.LastHeard, pkt.At, silent)
 	if !pr.Accept(msg.Seq, pkt.At) {
 		p.mu.Unlock()
 		p.host.CountDuplicate()

@@ -38,8 +38,9 @@ const (
 // EncodeRelay emits hits as datagrams of type t, one of MsgToRelay,
 // MsgAggregate and MsgCrossing, under the rules of Encode. With no hit to
 // send it emits one empty datagram of type t: a heartbeat of its stream,
-// which lets the receiver see a loss at the next interval, and ask for it
-// again, rather than at the stream's next hits.
+// which lets the receiver see a loss at once, and ask for it again,
+// rather than at the stream's next hits. (A node sends its hits for a
+// relay in an interval that has some, and in the next one.)
 func (e *Encoder) EncodeRelay(now time.Time, t MsgType, hits []Hit, emit func(pkt []byte) error) (skipped int, err error) {
 	return e.encode(now, t, t, hits, emit)
 }
