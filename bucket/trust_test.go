@@ -94,10 +94,12 @@ func TestGarbageCostsNoMoreThanWorstCase(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i, g := range garbageKinds {
 		sec := float64(3 + 2*i)
+		hitAndRefuse(sec) // every tag below its burst, exported but for the garbage
 		g.write(tb, rng)
 		got := interval(sec)
 		t.Logf("%s: %d bytes, %d hits, %d refused keys, %d levels", g.name, got.bytes, len(got.hits), got.refused, got.levels)
-		if got.bytes > worst.bytes {
+		// The same work allocates the same: 1% for the runtime's own.
+		if got.bytes > worst.bytes+worst.bytes/100 {
 			t.Errorf("%s: drain, harvest and export allocated %d bytes, more than the %d of every tag hit and refused",
 				g.name, got.bytes, worst.bytes)
 		}
