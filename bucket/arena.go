@@ -67,11 +67,13 @@ type chunk struct {
 // through a capped table its size stays bounded. Not safe for concurrent
 // use (the shard's lock guards it).
 type arena struct {
-	reg    *region
-	chunks []chunk // by ref, which only grows
-	cur    [numClasses]int32
-	free   [numClasses][]uint32
-	bytes  int // total size of the chunks
+	reg     *region
+	chunks  []chunk // by ref, which only grows
+	cur     [numClasses]int32
+	free    [numClasses][]uint32
+	bytes   int    // total size of the chunks
+	largest uint32 // the size of the largest record handed out
+	seed    uint64 // the table's hash seed: a record's key hashes to its slot (trust.go)
 }
 
 func (a *arena) init(reg *region) {
@@ -128,6 +130,7 @@ func (a *arena) alloc(class, size int) uint32 {
 	a.chunks = append(a.chunks, chunk{ref: ref, units: units, size: uint32(size), used: uint32(size), live: make([]uint64, (units+63)/64)})
 	a.cur[class] = int32(len(a.chunks) - 1)
 	a.bytes += n
+	a.largest = max(a.largest, uint32(size))
 	a.setLive(ref, true)
 	return ref
 }
@@ -228,17 +231,10 @@ func (r record) takeRefused() uint32    { return atomic.SwapUint32(r.u32(recRefu
 func (r record) policy() int      { return int(binary.LittleEndian.Uint16(r[recPolicy:])) }
 func (r record) setPolicy(pi int) { binary.LittleEndian.PutUint16(r[recPolicy:], uint16(pi)) }
 
-// key returns the record's key, aliasing the area. Its length is read
-// from the record and bounded, so a key a caller overwrote is garbage but
-// never reaches past the area's guard.
-func (r record) key() []byte {
-	if n := r[recKey]; n < 0x80 {
-		return r[recKey+1 : recKey+1+int(n)]
-	}
-	return r.longKey()
-}
-
-// longKey is key for a key of 128 bytes or more.
+// longKey is the key of 128 bytes or more the record holds, for is to
+// compare with. Its length is read from the record and bounded, so a
+// key a caller overwrote never reaches past the area's guard; whatever
+// keeps or sends a key read back takes it through ownKey (trust.go).
 func (r record) longKey() []byte {
 	n, w := binary.Uvarint(r[recKey : recKey+4])
 	if w <= 0 || n > maxKeyLen {

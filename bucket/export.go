@@ -40,7 +40,8 @@ func (t *Table) Shards() int { return len(t.shards) }
 // node's own state file keeps it. The levels' keys alias keys. It holds
 // the shard's lock while it copies the shard's records, and no other; with
 // buffers reused from the last call, it does not allocate. Nothing in the
-// table changes. It panics if i is not in [0, Shards()).
+// table changes. A record whose key a caller overwrote is no tag the
+// table keeps, and is left out (trust.go). It panics if i is not in [0, Shards()).
 func (t *Table) ExportShard(now time.Time, i int, dst []Level, keys []byte) ([]Level, []byte) {
 	return t.exportShard(now, i, dst, keys, false)
 }
@@ -71,10 +72,13 @@ func (t *Table) exportShard(now time.Time, i int, dst []Level, keys []byte, repo
 		if tat <= n {
 			continue
 		}
-		k := r.key()
-		keys = append(keys, k...)
+		at := len(keys)
+		var own bool
+		if keys, own = s.ownKeyAt(keys, e); !own {
+			continue // a key a caller overwrote: no tag the table keeps
+		}
 		// The key's length, kept in Key's length until keys stops moving.
-		dst = append(dst, Level{Key: k, Tokens: p.tokens(tat, n)})
+		dst = append(dst, Level{Key: keys[at:], Tokens: p.tokens(tat, n)})
 	}
 	s.mu.Unlock()
 	off := keyStart

@@ -50,22 +50,46 @@ func home(frag uint32, n int) int { return int(uint64(frag) * uint64(n) >> 32) }
 
 // lookup returns the slot holding key's reference and the reference, or
 // the empty slot where key would go and 0. rec gives a reference's record.
+// A record of key's fragment whose key a caller overwrote is given key
+// back (arena.rekey) and returned when key is nowhere further on.
 func (x *index) lookup(a *arena, h uint64, key []byte) (pos int, ref uint32) {
 	frag := uint32(h)
 	slots := x.slots
 	i := home(frag, len(slots))
+	stale := -1
 	for {
 		e := slots[i]
 		if e == 0 {
+			if stale >= 0 && a.rekey(uint32(slots[stale]), frag, key) {
+				return stale, uint32(slots[stale])
+			}
 			return i, 0
 		}
-		if uint32(e>>32) == frag && a.rec(uint32(e)).is(key) {
-			return i, uint32(e)
+		if uint32(e>>32) == frag {
+			if a.rec(uint32(e)).is(key) {
+				return i, uint32(e)
+			}
+			if stale < 0 {
+				stale = i
+			}
 		}
 		if i++; i == len(slots) {
 			i = 0
 		}
 	}
+}
+
+// free returns the first empty slot on the probe sequence of a key
+// hashing to h: where a key the index does not hold goes.
+func (x *index) free(h uint64) int {
+	slots := x.slots
+	i := home(uint32(h), len(slots))
+	for slots[i] != 0 {
+		if i++; i == len(slots) {
+			i = 0
+		}
+	}
+	return i
 }
 
 // slotOf returns the slot holding ref, whose key hashes to h.

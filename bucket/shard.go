@@ -47,6 +47,7 @@ type shardFields struct {
 	untracked   uint64          // refusals past refusalPolicies policies, or of records gone
 	refusedRefs []uint32        // records whose refusals this shard raised from 0 since the harvest
 	spilled     bool            // some were marked in the dirty bitmap instead: refusedRefs was full
+	keyBuf      []byte          // a key read back from a record, checked (trust.go)
 }
 
 // shardCounts counts the queries a limit policy answered in one shard.
@@ -58,6 +59,7 @@ func (s *shard) init(id int, reg *region, capacity int, seed uint64, hashSeed ui
 	s.index.init(reg, id)
 	slots.Add(int64(len(s.index.slots)))
 	s.arena.init(reg)
+	s.arena.seed = hashSeed
 	s.seed = hashSeed
 	s.capacity = capacity
 	s.rng = seed*0x9E3779B97F4A7C15 | 1
@@ -153,7 +155,8 @@ func (s *shard) spend(now int64, h uint64, key []byte, hits uint32) {
 
 // reconfigure moves every entry to the policy it matches in set, keeping
 // its tokens (capped at the new burst) and its unreported hits, forgets
-// entries now under allow or deny, and evicts down to capacity.
+// entries now under allow or deny, and those whose key a caller
+// overwrote (ownKey), and evicts down to capacity.
 func (s *shard) reconfigure(now int64, set policySet, capacity int) {
 	for pi := range s.policies {
 		c := s.count(pi)
@@ -163,20 +166,26 @@ func (s *shard) reconfigure(now int64, set policySet, capacity int) {
 	old := s.policies
 	s.policies, s.capacity = set, capacity
 	s.resetCounts(len(set))
-	// Removing shifts index slots: list the records first.
-	refs := make([]uint32, 0, s.index.count)
+	// Removing shifts index slots: list the entries first.
+	entries := make([]uint64, 0, s.index.count)
 	for _, e := range s.index.slots {
 		if e != 0 {
-			refs = append(refs, uint32(e))
+			entries = append(entries, e)
 		}
 	}
-	for _, ref := range refs {
+	for _, e := range entries {
+		ref := uint32(e)
 		r := s.arena.rec(ref)
-		pi := match(set, r.key())
+		key, own := s.ownKeyAt(s.keyBuf[:0], e)
+		s.keyBuf = key[:0]
+		pi := 0
+		if own {
+			pi = match(set, key)
+		}
 		p := &set[pi]
-		if p.Action != Limit {
+		if !own || p.Action != Limit {
 			r.kill()
-			s.removeRef(ref)
+			s.removeEntry(e)
 			continue
 		}
 		was := &old[0]
@@ -238,7 +247,7 @@ func (s *shard) insert(now int64, h uint64, pos int, key []byte, policy int) uin
 		return 0
 	}
 	if s.index.count != n {
-		pos, _ = s.index.lookup(&s.arena, h, key)
+		pos = s.index.free(h)
 	}
 	s.index.put(pos, h, ref)
 	return ref
@@ -253,10 +262,11 @@ func (s *shard) removeAt(pos int) {
 	delete(s.charged, ref)
 }
 
-// removeRef forgets the entry whose record is ref.
-func (s *shard) removeRef(ref uint32) {
-	h := Hash(s.seed, s.arena.rec(ref).key())
-	s.removeAt(s.index.slotOf(h, ref))
+// removeEntry forgets the entry e of the index, whose record must be
+// killed already. It finds e's slot from e's own fragment, whatever the
+// record's key has become.
+func (s *shard) removeEntry(e uint64) {
+	s.removeAt(s.index.slotOf(e>>32, uint32(e)))
 }
 
 // The sweep on each insert looks at sweepEntries entries, passing over at
@@ -329,7 +339,10 @@ func (s *shard) evict(now int64) {
 		seen++
 		r := s.arena.rec(uint32(e))
 		p := s.policyOf(r)
-		lack := max(r.tat()-now, 0)
+		var lack int64 // a caller may have written any tat: no overflow
+		if tat := r.tat(); tat > now {
+			lack = tat - now
+		}
 		debt := lack > p.debtAt
 		harm := float64(lack)/float64(p.perToken) + float64(r.unreported())
 		if best < 0 || (bestDebt && !debt) || (debt == bestDebt && harm < bestHarm) {

@@ -3,7 +3,6 @@ package bucket
 import (
 	"encoding/binary"
 	"math"
-	"math/bits"
 	"os"
 	"sync/atomic"
 	"time"
@@ -11,9 +10,9 @@ import (
 
 // This file is the table's side of sharing: what the daemon writes into
 // the table file for processes deciding in process (policies, heartbeat,
-// state), what it takes back from the state file (their hits, refusals
-// and counts), and the files it hands out. docs/shared-table.md is the
-// layout.
+// state), what it takes back from the state file (their counts; their
+// hits and refusals are drain.go's), and the files it hands out.
+// docs/shared-table.md is the layout.
 
 // SharedFiles returns the table file and the state file, for handing to
 // processes that decide from the table, or nils for a table not made
@@ -114,60 +113,4 @@ func (t *Table) foldShared(old policySet) {
 			}
 		}
 	}
-}
-
-// drain appends the shard's records with unreported hits to dst, their
-// keys' lengths to lens and their keys to keys, found through the dirty
-// bitmap over the shard's chunks, and hands the refusals counted in
-// process to the sketches. A dirty bit that names no live record is
-// ignored, and a record's hits are capped at what its tag's policy could
-// have served since the last drain (plus what was charged to it), so
-// that no garbage written into the state file reaches the peers as debt.
-func (s *shard) drain(now int64, dst []Hit, lens []int, keys []byte) ([]Hit, []int, []byte) {
-	reg := s.arena.reg
-	if s.lastDrain == 0 {
-		s.lastDrain = s.born
-	}
-	elapsed := max(now-s.lastDrain, 0)
-	s.lastDrain = now
-	for ci := range s.arena.chunks {
-		c := &s.arena.chunks[ci]
-		w0 := c.ref >> 6
-		for w := range c.live {
-			d := &reg.dirty[w0+uint32(w)]
-			if atomic.LoadUint64(d) == 0 {
-				continue
-			}
-			set := atomic.SwapUint64(d, 0) & c.live[w]
-			for set != 0 {
-				ref := c.ref + uint32(w*64+bits.TrailingZeros64(set))
-				set &= set - 1
-				r := s.arena.rec(ref)
-				u, rf := r.takeUnreported(), r.takeRefused()
-				if u == 0 && rf == 0 {
-					continue
-				}
-				key := r.key()
-				if len(key) == 0 {
-					continue
-				}
-				pi := match(s.policies, key)
-				p := &s.policies[pi]
-				if p.Action != Limit {
-					continue
-				}
-				if u != 0 {
-					limit := uint64(p.Burst) + uint64(elapsed/p.perToken) + 1 + uint64(s.charged[ref])
-					dst = append(dst, Hit{Count: uint32(min(uint64(u), limit, math.MaxUint32))})
-					keys = append(keys, key...)
-					lens = append(lens, len(key))
-				}
-				if rf != 0 {
-					s.refused(pi, Hash(s.seed, key), key, uint64(rf))
-				}
-			}
-		}
-	}
-	clear(s.charged)
-	return dst, lens, keys
 }

@@ -40,8 +40,8 @@ import (
 // a key's count is over its true count by at most its shard's refusals of
 // the policy in the interval over refusalK, about the policy's refusals
 // over Shards()×refusalK, and each item says by how much (its Err).
-// Refusals of a record freed before the harvest (forgotten, evicted) are
-// counted as untracked.
+// Refusals of a record freed before the harvest (forgotten, evicted), or
+// whose key a caller overwrote (trust.go), are counted as untracked.
 
 // refusalK is how many counters each shard's sketch of one policy's
 // refusals has, refusalFilter how many filter counters, and
@@ -119,7 +119,7 @@ func (s *shard) collectRefused() {
 			s.prefetchRef(refs[i+harvestAhead])
 		}
 		if r := s.arena.rec(ref); r.refusedCount() != 0 {
-			s.refusedFrom(r, r.takeRefused())
+			s.refusedFrom(ref, s.arena.largest, r.takeRefused())
 		}
 	}
 	s.refusedRefs = refs[:0]
@@ -137,7 +137,7 @@ func (s *shard) collectRefused() {
 				ref := c.ref + uint32(w*64+bits.TrailingZeros64(set))
 				set &= set - 1
 				if r := s.arena.rec(ref); r.refusedCount() != 0 {
-					s.refusedFrom(r, r.takeRefused())
+					s.refusedFrom(ref, c.size, r.takeRefused())
 				}
 			}
 		}
@@ -157,16 +157,23 @@ func (s *shard) prefetchRef(ref uint32) {
 	}
 }
 
-// refusedFrom hands rf refusals of record r to the sketch of its policy
-// (the one its key matched, which the record keeps); none for a key with
-// no bucket.
-func (s *shard) refusedFrom(r record, rf uint32) {
-	key := r.key()
-	if rf == 0 || len(key) == 0 {
+// refusedFrom hands rf refusals of record ref, whose chunk's records are
+// at most size bytes, to the sketch of its policy (the one its key matched,
+// which the record keeps); none for a key with no bucket. A record whose
+// key is not the one the index holds it under (ownKey) has its refusals
+// counted as untracked.
+func (s *shard) refusedFrom(ref, size uint32, rf uint32) {
+	if rf == 0 {
 		return
 	}
-	if pi := r.policy(); pi < len(s.policies) && s.policies[pi].Action == Limit {
-		s.refused(pi, Hash(s.seed, key), key, uint64(rf))
+	key, h, own := s.ownKey(s.keyBuf[:0], ref, size)
+	s.keyBuf = key[:0]
+	if !own {
+		s.untracked += uint64(rf)
+		return
+	}
+	if pi := s.arena.rec(ref).policy(); pi < len(s.policies) && s.policies[pi].Action == Limit {
+		s.refused(pi, h, key, uint64(rf))
 	}
 }
 
