@@ -227,28 +227,8 @@ func TestRelayHold(t *testing.T) {
 // and counted, each side keeps its own count, and healing resumes.
 func TestRelaySegments(t *testing.T) {
 	now := simT0
-	clock := func() time.Time { return now }
-	segA, segB := transport.NewMemNetwork(transport.MemConfig{Seed: 4}, clock), transport.NewMemNetwork(transport.MemConfig{Seed: 5}, clock)
-	link := transport.NewMemNetwork(transport.MemConfig{Seed: 6}, clock)
-	var a, b []*relayNode
-	for i := range 4 {
-		mode, l := relay.Use, (*transport.MemNetwork)(nil)
-		if i < 2 {
-			mode, l = relay.Serve, link
-		}
-		a = append(a, newRelayNode(t, segA, l, fmt.Sprintf("a%d", i), mode, nil))
-		b = append(b, newRelayNode(t, segB, l, fmt.Sprintf("b%d", i), mode, nil))
-	}
+	segA, segB, link, a, b := twoSegments(t, &now, 4)
 	all := append(slices.Clone(a), b...)
-	for range 3 {
-		relayRound(t, now, all, segA, segB, link)
-		now = now.Add(time.Second)
-	}
-	for _, n := range all {
-		n.mu.Lock()
-		clear(n.applied)
-		n.mu.Unlock()
-	}
 	const rounds = 5
 	for range rounds {
 		a[3].serve("t", 2)
@@ -345,4 +325,34 @@ func TestRelayStopPassesAll(t *testing.T) {
 	if b.got("sparse") != 2 {
 		t.Errorf("after the relay's stop b applied %d of the 2 held hits", b.got("sparse"))
 	}
+}
+
+// twoSegments builds two segments of four nodes over in-memory networks
+// on the clock *now (seeded from seed), the first two of each relays
+// joined by a link, runs three rounds for every node to hear its relays,
+// and clears what was applied.
+func twoSegments(t *testing.T, now *time.Time, seed int64) (segA, segB, link *transport.MemNetwork, a, b []*relayNode) {
+	t.Helper()
+	clock := func() time.Time { return *now }
+	segA, segB = transport.NewMemNetwork(transport.MemConfig{Seed: seed}, clock), transport.NewMemNetwork(transport.MemConfig{Seed: seed + 1}, clock)
+	link = transport.NewMemNetwork(transport.MemConfig{Seed: seed + 2}, clock)
+	for i := range 4 {
+		mode, l := relay.Use, (*transport.MemNetwork)(nil)
+		if i < 2 {
+			mode, l = relay.Serve, link
+		}
+		a = append(a, newRelayNode(t, segA, l, fmt.Sprintf("a%d", i), mode, nil))
+		b = append(b, newRelayNode(t, segB, l, fmt.Sprintf("b%d", i), mode, nil))
+	}
+	all := append(slices.Clone(a), b...)
+	for range 3 {
+		relayRound(t, *now, all, segA, segB, link)
+		*now = now.Add(time.Second)
+	}
+	for _, n := range all {
+		n.mu.Lock()
+		clear(n.applied)
+		n.mu.Unlock()
+	}
+	return segA, segB, link, a, b
 }

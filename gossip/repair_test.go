@@ -1,13 +1,11 @@
 package gossip
 
 import (
-	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/dthrottle/dthrottle/bucket"
-	"github.com/dthrottle/dthrottle/gossip/relay"
 	"github.com/dthrottle/dthrottle/gossip/transport"
 	"github.com/dthrottle/dthrottle/gossip/wire"
 )
@@ -246,28 +244,8 @@ func TestRepairNotAcrossSplit(t *testing.T) {
 // node applies every other node's hits exactly once (its own never).
 func TestRepairThroughRelays(t *testing.T) {
 	now := simT0
-	clock := func() time.Time { return now }
-	segA, segB := transport.NewMemNetwork(transport.MemConfig{Seed: 14}, clock), transport.NewMemNetwork(transport.MemConfig{Seed: 15}, clock)
-	link := transport.NewMemNetwork(transport.MemConfig{Seed: 16}, clock)
-	var a, b []*relayNode
-	for i := range 4 {
-		mode, l := relay.Use, (*transport.MemNetwork)(nil)
-		if i < 2 {
-			mode, l = relay.Serve, link
-		}
-		a = append(a, newRelayNode(t, segA, l, fmt.Sprintf("a%d", i), mode, nil))
-		b = append(b, newRelayNode(t, segB, l, fmt.Sprintf("b%d", i), mode, nil))
-	}
+	segA, segB, link, a, b := twoSegments(t, &now, 14)
 	all := append(slices.Clone(a), b...)
-	for range 3 {
-		relayRound(t, now, all, segA, segB, link)
-		now = now.Add(time.Second)
-	}
-	for _, n := range all {
-		n.mu.Lock()
-		clear(n.applied)
-		n.mu.Unlock()
-	}
 	lossy := transport.MemConfig{Loss: 0.2, Seed: 17}
 	for _, net := range []*transport.MemNetwork{segA, segB, link} {
 		net.SetConfig(lossy)
