@@ -25,23 +25,44 @@ const splitRules = `table bridge partition {
 // two parts together serve within 15% of the rate; under "whole" they
 // serve about twice it. Healed, every node holds the whole rate again.
 // Each node's log says when peers went missing and when they were back.
-// The figures are docs/reliability.md's (go test -v).
+// By multicast at rate 20/s, and over unicast peers at burst 5 and rate
+// 2/s, one tag at 10x its rate. The figures are docs/reliability.md's
+// (go test -v).
 func TestPartitionShare(t *testing.T) {
-	for _, policy := range []string{"share", "whole"} {
-		t.Run(policy, func(t *testing.T) { partitionSplit(t, policy) })
+	t.Parallel() // each in namespaces of its own, mostly waiting
+	for _, run := range []struct {
+		name, policy string
+		unicast      bool
+	}{{"share", "share", false}, {"whole", "whole", false}, {"share_unicast", "share", true}} {
+		t.Run(run.name, func(t *testing.T) {
+			t.Parallel()
+			partitionSplit(t, run.policy, run.unicast)
+		})
 	}
 }
 
-// partitionSplit runs TestPartitionShare under one policy.
-func partitionSplit(t *testing.T, policy string) {
+// partitionSplit runs TestPartitionShare under one policy, by multicast
+// or over unicast peers.
+func partitionSplit(t *testing.T, policy string, unicast bool) {
 	if !netns.Run(t) {
 		return
 	}
 	const splitFor = 30 * time.Second
 	l := newLAN(t, 4)
-	c := faultPolicy
+	c, perSecond := faultPolicy, faultLoad
+	if unicast {
+		c, perSecond = repairPolicy, 20 // the one tag at 10x its rate
+	}
 	c.gossip = fmt.Sprintf("partition = %q\n", policy)
-	ds := l.startAll(t, c)
+	var ds []*daemon
+	if unicast {
+		for _, h := range l.hosts {
+			ds = append(ds, h.startConfig(t, c, unicastConfig(h, l.hosts, c)))
+		}
+		awaitPeers(t, ds, len(ds)-1)
+	} else {
+		ds = l.startAll(t, c)
+	}
 	share := func(d *daemon) float64 {
 		return metric(t, scrape(t, d.adminAddr(t)), "dthrottle_gossip_share")
 	}
@@ -50,7 +71,7 @@ func partitionSplit(t *testing.T, policy string) {
 			t.Fatalf("%s: share %v in a whole cluster, want 1", d.sock, s)
 		}
 	}
-	ld := startLoad(l.hosts, "split", 3*time.Second+splitFor+3*time.Second)
+	ld := startLoadAt(l.hosts, "split", 3*time.Second+splitFor+3*time.Second, perSecond)
 	at(ld, 3*time.Second)
 	nft(t, splitRules)
 	cut := time.Now()

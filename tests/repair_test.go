@@ -171,9 +171,10 @@ burst = %d
 interval = %q
 bind = "%s:7777"
 peers = [%s]
+%s
 [admin]
 http = "%[4]s:0"
-`, c.rate, c.burst, lanInterval.String(), h.addr, strings.Join(peers, ", "))
+`, c.rate, c.burst, lanInterval.String(), h.addr, strings.Join(peers, ", "), c.gossip)
 }
 
 // compareRepair runs build's cluster twice at once, lossless and with
