@@ -1,9 +1,10 @@
-// Package decide names what the ways in that answer with a verdict (the
-// HTTP decision endpoint, the SPOE agent) ask the table through: an
-// interface per question, Decider for a query and Charger for a cost
-// paid after the response, which *bucket.Table satisfies, so that each of
-// them depends on the question it asks rather than on the table, and
-// tests hand them fakes.
+// Package decide names what the ways in ask the table through: an
+// interface per question, Decider for a query with its verdict (the HTTP
+// decision endpoint, the SPOE agent) and Charger for a cost paid after
+// the response (the HTTP endpoint, the charge socket, the rate limit
+// service), which *bucket.Table satisfies, so that each of them depends
+// on the question it asks rather than on the table, and tests hand them
+// fakes.
 //
 // The line protocol asks another question (protocol.Decider): OK or NO for
 // one token, decided in batches, with nothing else to write back.

@@ -67,7 +67,7 @@ func (b *batcher) answer(out, in []byte, now time.Time, limit int) (_ []byte, co
 		if m == 0 {
 			break
 		}
-		out = appendReply(out, decide(b.d, now, tag))
+		out = appendReply(out, answer(b.d, now, tag))
 		consumed += m
 		lines++
 	}

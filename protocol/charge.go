@@ -5,22 +5,13 @@ import (
 	"math"
 	"time"
 
+	"github.com/dthrottle/dthrottle/decide"
 	"github.com/dthrottle/dthrottle/serve"
 )
 
 // This file serves the charge form of the line protocol on a socket of
 // its own: "<n> <tag>" lines, a cost charged after the response (the
 // package's doc, Charges).
-
-// Charger takes n tokens from tag's bucket at now, whatever is left, into
-// debt if need be, and counts them as hits to report to the peers. It
-// refuses nothing and answers nothing. It must be safe for concurrent
-// use, and must not retain tag after Charge returns: the bytes belong to
-// the connection's buffer. *bucket.Table is one, as it is the HTTP
-// endpoint's decide.Charger.
-type Charger interface {
-	Charge(now time.Time, tag []byte, n uint32)
-}
 
 // Replies of the charge form.
 const (
@@ -50,9 +41,9 @@ type ChargeServer struct {
 
 // NewChargeServer returns a ChargeServer charging through c; cfg is a
 // Server's. It panics if c is nil.
-func NewChargeServer(c Charger, cfg Config) *ChargeServer {
+func NewChargeServer(c decide.Charger, cfg Config) *ChargeServer {
 	if c == nil {
-		panic("protocol: NewChargeServer with nil Charger")
+		panic("protocol: NewChargeServer with nil decide.Charger")
 	}
 	h, maxConns := newHandler(cfg)
 	h.charger = c
@@ -92,7 +83,7 @@ func parseCharge(line []byte) (n uint32, tag []byte, ok bool) {
 
 // charge answers one charge line: OK once charged (an empty tag is
 // charged nothing, without asking ch), BAD for a malformed line.
-func charge(out []byte, ch Charger, now time.Time, line []byte) (_ []byte, ok bool) {
+func charge(out []byte, ch decide.Charger, now time.Time, line []byte) (_ []byte, ok bool) {
 	n, tag, ok := parseCharge(line)
 	if !ok {
 		return append(out, replyBad...), false
@@ -108,7 +99,7 @@ func charge(out []byte, ch Charger, now time.Time, line []byte) (_ []byte, ok bo
 // out, until in holds no further '\n' or out has reached limit bytes. It
 // returns the extended out, the bytes of in consumed, the lines answered
 // and, of those, the lines answered BAD. Every charge is made at now.
-func answerCharges(out, in []byte, now time.Time, ch Charger, limit int) (_ []byte, consumed, lines, bad int) {
+func answerCharges(out, in []byte, now time.Time, ch decide.Charger, limit int) (_ []byte, consumed, lines, bad int) {
 	for len(out) < limit {
 		line, n := nextLine(in[consumed:])
 		if n == 0 {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/decide"
 	mt "github.com/dthrottle/dthrottle/internal/metric/metrictest"
 	"github.com/dthrottle/dthrottle/serve"
 )
@@ -96,7 +97,7 @@ func TestAnswerCharges(t *testing.T) {
 }
 
 // serveChargeFake serves chunks on a fakeConn as a charge connection.
-func serveChargeFake(ch Charger, maxLine int, chunks ...[]byte) (*fakeConn, *conn, *counters) {
+func serveChargeFake(ch decide.Charger, maxLine int, chunks ...[]byte) (*fakeConn, *conn, *counters) {
 	fc := &fakeConn{chunks: chunks}
 	var st counters
 	c := newConn(fc, nil, maxLine, time.Now, &st, slog.New(slog.DiscardHandler))
@@ -191,7 +192,7 @@ func TestChargeConnPieces(t *testing.T) {
 
 // startChargeServer serves the charge form on one listener per network;
 // it is closed when the test ends.
-func startChargeServer(t *testing.T, ch Charger, cfg Config, networks ...string) (*ChargeServer, []net.Listener) {
+func startChargeServer(t *testing.T, ch decide.Charger, cfg Config, networks ...string) (*ChargeServer, []net.Listener) {
 	t.Helper()
 	s := NewChargeServer(ch, cfg)
 	var ls []net.Listener

@@ -8,6 +8,8 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/dthrottle/dthrottle/decide"
 )
 
 const (
@@ -26,8 +28,8 @@ const (
 type conn struct {
 	nc      net.Conn
 	decider Decider
-	batch   *batcher // nil unless decider is a BatchDecider
-	charge  Charger  // set: lines are charges, not queries (charge.go)
+	batch   *batcher       // nil unless decider is a BatchDecider
+	charge  decide.Charger // set: lines are charges, not queries (charge.go)
 	maxLine int
 	now     func() time.Time
 	log     *slog.Logger
@@ -150,7 +152,7 @@ func (c *conn) answerLast() {
 		if c.charge != nil {
 			c.out, ok = charge(c.out, c.charge, c.now(), line)
 		} else {
-			c.out = appendReply(c.out, decide(c.decider, c.now(), line))
+			c.out = appendReply(c.out, answer(c.decider, c.now(), line))
 		}
 		c.r = c.w
 		c.queries.Store(c.queries.Load() + 1)

@@ -60,7 +60,7 @@
 // A [ChargeServer] speaks the charge form of the protocol on a socket of
 // its own: each request line is "<n> <tag>", n a count of tokens in
 // decimal from 0 to 4294967295, one space, then the tag's bytes, opaque as
-// on the query socket. The reply is "OK\n" once the [Charger] has taken
+// on the query socket. The reply is "OK\n" once the [decide.Charger] has taken
 // the n tokens, whatever the bucket held, or "BAD\n" for a line of any
 // other form, an empty one included: exactly one reply per line, in
 // order. A charge with an empty tag is answered OK without consulting the

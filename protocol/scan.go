@@ -34,8 +34,8 @@ func trimCR(line []byte) []byte {
 	return line
 }
 
-// decide answers one tag: an empty tag is allowed without asking d.
-func decide(d Decider, now time.Time, tag []byte) bool {
+// answer decides one tag: an empty tag is allowed without asking d.
+func answer(d Decider, now time.Time, tag []byte) bool {
 	if len(tag) == 0 {
 		return true
 	}
@@ -65,7 +65,7 @@ func answerLines(out, in []byte, now time.Time, d Decider, limit int) (_ []byte,
 		}
 		consumed += n
 		lines++
-		out = appendReply(out, decide(d, now, tag))
+		out = appendReply(out, answer(d, now, tag))
 	}
 	return out, consumed, lines
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dthrottle/dthrottle/decide"
 	"github.com/dthrottle/dthrottle/serve"
 )
 
@@ -124,9 +125,9 @@ func (s *Server) Stats() Stats {
 // is set. It is safe for concurrent use.
 type handler struct {
 	decider Decider
-	charger Charger // set: the charge form (charge.go)
-	offer   Offer   // set: Unix connections may attach to the shared table (attach.go)
-	maxLine int     // MaxLine; tests lower it
+	charger decide.Charger // set: the charge form (charge.go)
+	offer   Offer          // set: Unix connections may attach to the shared table (attach.go)
+	maxLine int            // MaxLine; tests lower it
 	now     func() time.Time
 	log     *slog.Logger
 	stats   counters
