@@ -35,18 +35,10 @@ type namedFile struct {
 	kind  string // "socket", "lock file" or "file"
 }
 
-// Paths returns the files c names, in the order Validate checks their
-// keys: each Unix socket (abstract ones, "@name", are no files) and
-// state.file. The lock files beside the sockets are not listed.
-func (c *Config) Paths() []NamedPath {
-	var ps []NamedPath
-	for _, f := range c.files() {
-		ps = append(ps, f.NamedPath)
-	}
-	return ps
-}
-
-// files is Paths with each file's key and value.
+// files returns the files c names, with each file's key and value, in
+// the order Validate checks their keys: each Unix socket (abstract ones,
+// "@name", are no files) and state.file. The lock files beside the
+// sockets are not listed.
 func (c *Config) files() []namedFile {
 	var fs []namedFile
 	add := func(k keyRef, value, path, kind string) {

@@ -240,18 +240,7 @@ func TestRelaySegments(t *testing.T) {
 		relayRound(t, now, all, segA, segB, link)
 		now = now.Add(time.Second)
 	}
-	for _, n := range all {
-		want := uint32(3 * rounds)
-		switch n {
-		case a[3]:
-			want = rounds
-		case b[2]:
-			want = 2 * rounds
-		}
-		if got := n.got("t"); got != want {
-			t.Errorf("%s applied %d hits of t, want %d", n.tr.Name(), got, want)
-		}
-	}
+	checkSegmentsApplied(t, all, a[3], b[2], rounds)
 	if st := b[0].Stats().Relay; st.RemoteRelays != 2 || st.CrossingsReceived == 0 || st.CrossingPackets == 0 {
 		t.Errorf("b0's relay stats %+v: want both of a's relays heard across", st)
 	}
@@ -355,4 +344,23 @@ func twoSegments(t *testing.T, now *time.Time, seed int64) (segA, segB, link *tr
 		n.mu.Unlock()
 	}
 	return segA, segB, link, a, b
+}
+
+// checkSegmentsApplied checks that every node of all applied the hits of
+// t that one (a3, 1 a round) and two (b2, 2 a round) served over rounds,
+// each once, and never its own.
+func checkSegmentsApplied(t *testing.T, all []*relayNode, one, two *relayNode, rounds int) {
+	t.Helper()
+	for _, n := range all {
+		want := uint32(3 * rounds)
+		switch n {
+		case one:
+			want = uint32(rounds)
+		case two:
+			want = uint32(2 * rounds)
+		}
+		if got := n.got("t"); got != want {
+			t.Errorf("%s applied %d hits of t, want %d", n.tr.Name(), got, want)
+		}
+	}
 }

@@ -64,7 +64,7 @@ func listenUnix(path string, mode os.FileMode, group string) (net.Listener, *fil
 			return nil, nil, fmt.Errorf("unix socket group %s: gid %q: %w", group, g.Gid, err)
 		}
 	}
-	if err := checkSocketPath(path); err != nil {
+	if _, err := checkSocketPath(path); err != nil {
 		return nil, nil, err
 	}
 	lock, err := lockFile(path + ".lock")
@@ -107,28 +107,29 @@ func openSocket(path string, mode os.FileMode, gid int) (net.Listener, error) {
 }
 
 // checkSocketPath refuses, before anything is made, a socket path whose
-// directory is missing or that names something other than a socket.
-func checkSocketPath(path string) error {
+// directory is missing or that names something other than a socket, and
+// reports whether a socket is there.
+func checkSocketPath(path string) (exists bool, err error) {
 	dir := filepath.Dir(path)
 	if fi, err := os.Stat(dir); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("unix socket %s: directory %s does not exist", path, dir)
+			return false, fmt.Errorf("unix socket %s: directory %s does not exist", path, dir)
 		}
-		return fmt.Errorf("unix socket %s: %w", path, err)
+		return false, fmt.Errorf("unix socket %s: %w", path, err)
 	} else if !fi.IsDir() {
-		return fmt.Errorf("unix socket %s: %s is not a directory", path, dir)
+		return false, fmt.Errorf("unix socket %s: %s is not a directory", path, dir)
 	}
 	fi, err := os.Lstat(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("unix socket %s: %w", path, err)
+		return false, fmt.Errorf("unix socket %s: %w", path, err)
 	}
 	if fi.Mode()&os.ModeSocket == 0 {
-		return fmt.Errorf("unix socket %s: exists and is not a socket (%s)", path, describeMode(fi.Mode()))
+		return false, fmt.Errorf("unix socket %s: exists and is not a socket (%s)", path, describeMode(fi.Mode()))
 	}
-	return nil
+	return true, nil
 }
 
 // describeMode names a file's type for an error.
@@ -221,13 +222,12 @@ func unwrapPath(err error) error {
 
 // removeStale removes a socket file no one answers on. A socket someone
 // answers on (say, one systemd holds for activation) or a file that is not
-// a socket is an error.
+// a socket is an error. Checked again under the lock: the path may have
+// changed since the first look.
 func removeStale(path string) error {
-	if err := checkSocketPath(path); err != nil {
+	exists, err := checkSocketPath(path)
+	if err != nil || !exists {
 		return err
-	}
-	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
-		return nil
 	}
 	c, err := net.DialTimeout("unix", path, time.Second)
 	if err == nil {
