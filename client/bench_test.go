@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/bucket"
-	"github.com/dthrottle/dthrottle/protocol"
+	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/ways/protocol"
 )
 
 // startRealServer serves the daemon's own table and line server, in this

@@ -8,9 +8,9 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/dthrottle/dthrottle/bucket"
-	"github.com/dthrottle/dthrottle/inproc"
-	"github.com/dthrottle/dthrottle/rlheader"
+	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/inproc"
+	"github.com/dthrottle/dthrottle/internal/ways/rlheader"
 )
 
 // Deciding in process: see "Deciding in process" in doc.go.

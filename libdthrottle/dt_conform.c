@@ -1,6 +1,6 @@
 /* dt_conform: runs the shared table's golden cases through libdthrottle.
  *
- *     dt_conform [DIR [NAME...]]      DIR defaults to ../bucket/testdata/shared
+ *     dt_conform [DIR [NAME...]]      DIR defaults to ../internal/bucket/testdata/shared
  *
  * A case NAME in DIR is four files, the contract the Go side (inproc)
  * implements too:
@@ -35,7 +35,7 @@
 
 #include "dthrottle_table.h"
 
-#define DEFAULT_DIR "../bucket/testdata/shared"
+#define DEFAULT_DIR "../internal/bucket/testdata/shared"
 
 /* file is a case file in memory, in an anonymous mapping of its own. */
 struct file {
@@ -75,7 +75,7 @@ static unsigned char *slurp(const char *path, size_t *len)
 
 /* load reads DIR/NAME.EXT into a mapping of its own, page aligned,
  * read only with ro (a write to it faults). A file may be the bytes
- * themselves, or sparse as the Go side writes them (bucket/conform_test.go):
+ * themselves, or sparse as the Go side writes them (internal/bucket/conform_test.go):
  * "DTSPARSE", the size (u64), then each page that is not all zero as its
  * offset (u64) and its 4096 bytes. It returns 0, or -1 having said why. */
 static int load(const char *dir, const char *name, const char *ext, int ro, struct file *f)

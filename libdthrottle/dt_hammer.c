@@ -1,7 +1,7 @@
 /* dt_hammer.c: a process hammering one tag through libdthrottle from
  * several threads sharing one attachment, deciding in process and asking
  * the daemon what it cannot decide, from one instant to another; then it
- * prints what it was served. inproc/procs_test.go runs it beside Go
+ * prints what it was served. internal/inproc/procs_test.go runs it beside Go
  * processes and a socket connection hammering the same tag, and checks
  * that together they were served exactly what the tag's limit allows.
  *

@@ -15,7 +15,7 @@ import (
 // This file checks the manual itself, README.md and docs/: links and
 // anchors resolve, every test or benchmark a page names beside an example
 // exists, and the wire format's byte dumps are the golden files the tests
-// of gossip/wire encode and decode.
+// of internal/gossip/wire encode and decode.
 
 // docPage is one Markdown page of the manual, its path relative to the
 // repository's root.
@@ -204,7 +204,7 @@ func TestDocsWireVectors(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(b)
-	golden := regexp.MustCompile("`gossip/wire/testdata/(golden[a-z_]*\\.hex)`")
+	golden := regexp.MustCompile("`internal/gossip/wire/testdata/(golden[a-z_]*\\.hex)`")
 	gap := regexp.MustCompile(`\s{2,}`)
 	shown := map[string]bool{}
 	for _, m := range golden.FindAllStringSubmatchIndex(text, -1) {
@@ -228,26 +228,26 @@ func TestDocsWireVectors(t *testing.T) {
 				dump = append(dump, v...)
 			}
 		}
-		want, err := os.ReadFile(filepath.Join("../gossip/wire/testdata", name))
+		want, err := os.ReadFile(filepath.Join("../internal/gossip/wire/testdata", name))
 		if err != nil {
 			t.Fatal(err)
 		}
 		wantBytes, err := hex.DecodeString(strings.Join(strings.Fields(string(want)), ""))
 		if err != nil {
-			t.Fatalf("gossip/wire/testdata/%s: %v", name, err)
+			t.Fatalf("internal/gossip/wire/testdata/%s: %v", name, err)
 		}
 		if !bytes.Equal(dump, wantBytes) {
 			t.Errorf("%s: the dump after %s differs from that file:\n%x\nwant\n%x", page, name, dump, wantBytes)
 		}
 		shown[name] = true
 	}
-	files, err := filepath.Glob("../gossip/wire/testdata/golden*.hex")
+	files, err := filepath.Glob("../internal/gossip/wire/testdata/golden*.hex")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range files {
 		if !shown[filepath.Base(f)] {
-			t.Errorf("%s shows no dump of gossip/wire/testdata/%s", page, filepath.Base(f))
+			t.Errorf("%s shows no dump of internal/gossip/wire/testdata/%s", page, filepath.Base(f))
 		}
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/admin/api"
+	"github.com/dthrottle/dthrottle/api"
 )
 
 // httpConfig runs the HTTP decision endpoint on a port the test picks,

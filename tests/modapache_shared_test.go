@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/admin/api"
+	"github.com/dthrottle/dthrottle/api"
 )
 
 // TestModApacheSharedCounts: what Apache's children decide from the

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/gossip/transport"
-	"github.com/dthrottle/dthrottle/gossip/wire"
+	"github.com/dthrottle/dthrottle/internal/gossip/transport"
+	"github.com/dthrottle/dthrottle/internal/gossip/wire"
 	"github.com/dthrottle/dthrottle/internal/netns"
 )
 

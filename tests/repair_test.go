@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/gossip/peer"
+	"github.com/dthrottle/dthrottle/internal/gossip/peer"
 	"github.com/dthrottle/dthrottle/internal/netns"
 )
 

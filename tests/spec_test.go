@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/admin/api"
+	"github.com/dthrottle/dthrottle/api"
 	"github.com/dthrottle/dthrottle/internal/netns"
 )
 

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/admin/api"
-	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/api"
+	"github.com/dthrottle/dthrottle/internal/gossip"
 	"github.com/dthrottle/dthrottle/internal/netns"
 )
 

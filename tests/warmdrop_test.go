@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/gossip/wire"
+	"github.com/dthrottle/dthrottle/internal/gossip/wire"
 	"github.com/dthrottle/dthrottle/internal/netns"
 )
 

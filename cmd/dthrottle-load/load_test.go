@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/bucket"
-	"github.com/dthrottle/dthrottle/protocol"
+	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/ways/protocol"
 )
 
 func TestAppendTag(t *testing.T) {

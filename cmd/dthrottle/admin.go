@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dthrottle/dthrottle/admin/api"
+	"github.com/dthrottle/dthrottle/api"
 )
 
 // defaultAdmin is where dthrottled's admin endpoint listens in the shipped

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/client"
-	"github.com/dthrottle/dthrottle/config"
+	"github.com/dthrottle/dthrottle/internal/config"
 )
 
 // socketFlags are the flags saying where the daemon listens.

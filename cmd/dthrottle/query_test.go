@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/protocol"
+	"github.com/dthrottle/dthrottle/internal/ways/protocol"
 )
 
 // startDaemon serves the daemon's line server in process on a Unix socket,

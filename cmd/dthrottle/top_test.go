@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/dthrottle/dthrottle/admin/api"
+	"github.com/dthrottle/dthrottle/api"
 )
 
 // topJSON is a /v1/top document: the most refused tags of two policies,

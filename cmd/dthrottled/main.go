@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dthrottle/dthrottle/config"
+	"github.com/dthrottle/dthrottle/internal/config"
 	"github.com/dthrottle/dthrottle/internal/daemon"
 )
 

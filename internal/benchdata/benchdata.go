@@ -5,7 +5,7 @@ package benchdata
 import (
 	"fmt"
 
-	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/internal/bucket"
 )
 
 // Tags is how many distinct tags Hits makes: a million, the scale the

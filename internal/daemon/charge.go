@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/dthrottle/dthrottle/admin"
-	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/protocol"
+	"github.com/dthrottle/dthrottle/internal/config"
+	"github.com/dthrottle/dthrottle/internal/views/admin"
+	"github.com/dthrottle/dthrottle/internal/ways/protocol"
 )
 
 // wayCharge names the charge socket's way in.

@@ -18,10 +18,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dthrottle/dthrottle/admin"
-	"github.com/dthrottle/dthrottle/bucket"
-	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/gossip/transport"
+	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/config"
+	"github.com/dthrottle/dthrottle/internal/gossip/transport"
+	"github.com/dthrottle/dthrottle/internal/views/admin"
 )
 
 // Options is what New needs besides the config. Only Config is required;

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/gossip/transport"
-	"github.com/dthrottle/dthrottle/gossip/wire"
+	"github.com/dthrottle/dthrottle/internal/config"
+	"github.com/dthrottle/dthrottle/internal/gossip/transport"
+	"github.com/dthrottle/dthrottle/internal/gossip/wire"
 )
 
 // events collects a daemon's events for a test to wait on.

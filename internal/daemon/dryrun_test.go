@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/gossip/transport"
+	"github.com/dthrottle/dthrottle/internal/config"
+	"github.com/dthrottle/dthrottle/internal/gossip/transport"
 )
 
 // TestDryRunPeersKeepOneRate gossips between a limiting daemon and one

@@ -6,9 +6,9 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/gossip"
-	"github.com/dthrottle/dthrottle/gossip/transport"
+	"github.com/dthrottle/dthrottle/internal/config"
+	"github.com/dthrottle/dthrottle/internal/gossip"
+	"github.com/dthrottle/dthrottle/internal/gossip/transport"
 )
 
 // gossipRun is the running gossip: the node and, when peers are

@@ -3,9 +3,9 @@ package daemon
 import (
 	"net"
 
-	"github.com/dthrottle/dthrottle/admin"
-	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/httpapi"
+	"github.com/dthrottle/dthrottle/internal/config"
+	"github.com/dthrottle/dthrottle/internal/views/admin"
+	"github.com/dthrottle/dthrottle/internal/ways/httpapi"
 )
 
 // wayHTTP names the HTTP decision endpoint's way in.

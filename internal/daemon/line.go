@@ -4,10 +4,10 @@ import (
 	"net"
 	"time"
 
-	"github.com/dthrottle/dthrottle/admin"
-	"github.com/dthrottle/dthrottle/bucket"
-	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/protocol"
+	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/config"
+	"github.com/dthrottle/dthrottle/internal/views/admin"
+	"github.com/dthrottle/dthrottle/internal/ways/protocol"
 )
 
 // wayLine names the line protocol's way in.

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dthrottle/dthrottle/config"
+	"github.com/dthrottle/dthrottle/internal/config"
 )
 
 // listen opens the configured Unix and TCP listeners of the line

@@ -3,9 +3,9 @@ package daemon
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/dthrottle/dthrottle/gossip/transport"
+	"github.com/dthrottle/dthrottle/internal/gossip/transport"
 	"github.com/dthrottle/dthrottle/internal/metric"
-	"github.com/dthrottle/dthrottle/state"
+	"github.com/dthrottle/dthrottle/internal/state"
 )
 
 // This file owns the daemon's own metric families (its build, its start

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/gossip/transport"
+	"github.com/dthrottle/dthrottle/internal/config"
+	"github.com/dthrottle/dthrottle/internal/gossip/transport"
 	mt "github.com/dthrottle/dthrottle/internal/metric/metrictest"
 )
 

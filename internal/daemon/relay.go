@@ -7,14 +7,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dthrottle/dthrottle/bucket"
-	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/gossip"
-	"github.com/dthrottle/dthrottle/gossip/relay"
-	"github.com/dthrottle/dthrottle/gossip/transport"
+	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/config"
+	"github.com/dthrottle/dthrottle/internal/gossip"
+	"github.com/dthrottle/dthrottle/internal/gossip/relay"
+	"github.com/dthrottle/dthrottle/internal/gossip/transport"
 )
 
-// This file owns the daemon's side of relaying (package gossip/relay,
+// This file owns the daemon's side of relaying (package internal/gossip/relay,
 // docs/scaling.md): the node's relay settings from [relay] and the
 // policies, the link to other segments' relays, and what a reload
 // changes of them.

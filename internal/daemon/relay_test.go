@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/bucket"
-	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/gossip/peer"
-	"github.com/dthrottle/dthrottle/gossip/relay"
-	"github.com/dthrottle/dthrottle/gossip/transport"
+	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/config"
+	"github.com/dthrottle/dthrottle/internal/gossip/peer"
+	"github.com/dthrottle/dthrottle/internal/gossip/relay"
+	"github.com/dthrottle/dthrottle/internal/gossip/transport"
 )
 
 // TestRelayBetweenDaemons: a relay and two nodes that use it. A hit served

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/gossip"
+	"github.com/dthrottle/dthrottle/internal/config"
+	"github.com/dthrottle/dthrottle/internal/gossip"
 )
 
 // Reload rereads the config file and applies it without losing bucket

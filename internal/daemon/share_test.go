@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/gossip/transport"
+	"github.com/dthrottle/dthrottle/internal/config"
+	"github.com/dthrottle/dthrottle/internal/gossip/transport"
 )
 
 // TestShareFollowsTheSplit: three daemons under partition "share"; a cut

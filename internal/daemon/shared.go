@@ -4,7 +4,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/dthrottle/dthrottle/protocol"
+	"github.com/dthrottle/dthrottle/internal/ways/protocol"
 )
 
 // The shared table: with listen.share_table, the table lives in memory

@@ -3,9 +3,9 @@ package daemon
 import (
 	"net"
 
-	"github.com/dthrottle/dthrottle/admin"
-	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/spoe"
+	"github.com/dthrottle/dthrottle/internal/config"
+	"github.com/dthrottle/dthrottle/internal/views/admin"
+	"github.com/dthrottle/dthrottle/internal/ways/spoe"
 )
 
 // waySPOE names the SPOE agent's way in.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/config"
+	"github.com/dthrottle/dthrottle/internal/config"
 )
 
 // runOnce starts a daemon on cfg, hands it to f, and stops it cleanly.

@@ -4,11 +4,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dthrottle/dthrottle/admin/api"
-	"github.com/dthrottle/dthrottle/bucket"
-	"github.com/dthrottle/dthrottle/gossip"
-	"github.com/dthrottle/dthrottle/gossip/wire"
-	"github.com/dthrottle/dthrottle/top"
+	"github.com/dthrottle/dthrottle/api"
+	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/gossip"
+	"github.com/dthrottle/dthrottle/internal/gossip/wire"
+	"github.com/dthrottle/dthrottle/internal/views/top"
 )
 
 // This file owns "who is throttled" in the daemon: the Board (package

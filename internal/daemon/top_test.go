@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/admin/api"
-	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/gossip/transport"
+	"github.com/dthrottle/dthrottle/api"
+	"github.com/dthrottle/dthrottle/internal/config"
+	"github.com/dthrottle/dthrottle/internal/gossip/transport"
 )
 
 // waitTop polls r's view until ok holds of it, for at most 10 seconds.

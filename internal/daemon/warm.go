@@ -3,9 +3,9 @@ package daemon
 import (
 	"time"
 
-	"github.com/dthrottle/dthrottle/bucket"
-	"github.com/dthrottle/dthrottle/gossip"
-	"github.com/dthrottle/dthrottle/gossip/warm"
+	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/gossip"
+	"github.com/dthrottle/dthrottle/internal/gossip/warm"
 )
 
 // This file owns warm start from peers: the table's side of a snapshot

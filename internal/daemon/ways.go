@@ -10,9 +10,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/dthrottle/dthrottle/admin"
-	"github.com/dthrottle/dthrottle/config"
-	"github.com/dthrottle/dthrottle/serve"
+	"github.com/dthrottle/dthrottle/internal/config"
+	"github.com/dthrottle/dthrottle/internal/views/admin"
+	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
 
 // ways are the ways in, opened in this order at start; each returns nil

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/config"
+	"github.com/dthrottle/dthrottle/internal/config"
 	"github.com/dthrottle/dthrottle/internal/daemon"
 )
 

@@ -2,7 +2,7 @@
 // family (a description and a value type) and a collector that reads its
 // values once per scrape. Each component defines its own families, next
 // to the counters they show (bucket, protocol, httpapi, spoe, state,
-// gossip/transport, internal/daemon), and the admin endpoint registers the
+// internal/gossip/transport, internal/daemon), and the admin endpoint registers the
 // collectors it is given.
 package metric
 

@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/dthrottle/dthrottle/bucket"
+	"github.com/dthrottle/dthrottle/internal/bucket"
 )
 
 // design is a way of reporting: what a node sends at its report time and

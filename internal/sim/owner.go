@@ -5,8 +5,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dthrottle/dthrottle/bucket"
-	"github.com/dthrottle/dthrottle/gossip/wire"
+	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/gossip/wire"
 )
 
 // owner is the design where each tag has an owner (a hash over the

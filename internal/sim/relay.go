@@ -5,9 +5,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dthrottle/dthrottle/bucket"
-	"github.com/dthrottle/dthrottle/gossip"
-	ledger "github.com/dthrottle/dthrottle/gossip/relay"
+	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/gossip"
+	ledger "github.com/dthrottle/dthrottle/internal/gossip/relay"
 )
 
 // relay is the relay designs: the first Relays nodes of the segment are

@@ -21,9 +21,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/dthrottle/dthrottle/bucket"
-	"github.com/dthrottle/dthrottle/gossip"
-	"github.com/dthrottle/dthrottle/gossip/wire"
+	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/gossip"
+	"github.com/dthrottle/dthrottle/internal/gossip/wire"
 )
 
 // Config is one simulation. The zero value is not usable: see Default.

@@ -13,7 +13,7 @@
  *    allocation but the tag's and the context's in the request's pool.
  *  - NO: dthrottle_status (429) with Retry-After, RateLimit-Policy and
  *    RateLimit stated from the bucket that refused, as the daemon's HTTP
- *    endpoint states them (rlheader/); a deny policy's has none.
+ *    endpoint states them (internal/ways/rlheader/); a deny policy's has none.
  *  - ASK (a tag the table does not hold yet, or one it keys by a digest, a
  *    reload under way, a daemon that shares nothing, a worker not
  *    attached) and LEFT (the daemon stopped, restarted or stalled): the

@@ -1,0 +1,357 @@
+package rls
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/dthrottle/dthrottle/internal/bucket"
+)
+
+// TestBadRequests: each request over a limit is answered
+// INVALID_ARGUMENT, decides nothing (the valid descriptors before the bad
+// one are not spent), and leaves the connection serving.
+func TestBadRequests(t *testing.T) {
+	clk := newClock()
+	tb := newTable(t, bucket.Policy{Rate: 1, Burst: 5})
+	s, addr := startServer(t, tb, Config{Clock: clk.Now})
+	c := dial(t, addr)
+	many := make([]*rlcommon.RateLimitDescriptor, 5000)
+	for i := range many {
+		many[i] = desc("k=v")
+	}
+	negative := desc("k=v")
+	negative.IsNegativeHits = true
+	long := strings.Repeat("x", MaxStringBytes+1)
+	for _, tc := range []struct {
+		name string
+		req  *rlsv3.RateLimitRequest
+		msg  string
+	}{
+		{"empty domain", &rlsv3.RateLimitRequest{Descriptors: many[:1]}, "rls: domain: empty"},
+		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "api"}, "rls: descriptors: none"},
+		{"5000 descriptors", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: many}, "rls: descriptors: 5000, at most 64"},
+		{"a long value after a good descriptor", &rlsv3.RateLimitRequest{Domain: "api",
+			Descriptors: []*rlcommon.RateLimitDescriptor{desc("k=good"), desc("k=" + long)}}, "rls: descriptors[1].entries[0].value: 1025 bytes, at most 1024"},
+		{"no entries", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k=good"), {}}}, "rls: descriptors[1]: no entries"},
+		{"negative hits", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{negative}}, "rls: descriptors[0].is_negative_hits: tokens are never given back"},
+	} {
+		_, err := c.call(tc.req)
+		wantCode(t, err, codes.InvalidArgument, tc.name)
+		if err != nil && !strings.HasSuffix(err.Error(), tc.msg) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.msg)
+		}
+	}
+	if st, err := tb.Peek(clk.Now(), "rls:api|k=good"); err == nil {
+		t.Errorf("a bad request spent its good descriptor: %+v", st)
+	}
+	if r := c.ask("api", desc("k=good")); codesOf(r) != "OK: OK" {
+		t.Fatalf("after the bad requests: %s", codesOf(r))
+	}
+	if st := s.Stats(); st.Bad != 6 || st.OK != 1 || st.Accepted != 1 {
+		t.Errorf("stats %+v, want 6 bad and 1 OK on one connection", st)
+	}
+}
+
+// TestMessageLimits: a message over MaxMessageBytes is refused
+// RESOURCE_EXHAUSTED unread; unknown fields are ignored; a method the
+// service does not have is UNIMPLEMENTED.
+func TestMessageLimits(t *testing.T) {
+	_, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{})
+	cc := dialConn(t, addr)
+	c := &client{t: t, rl: rlsv3.NewRateLimitServiceClient(cc)}
+	_, err := c.call(&rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k=" + strings.Repeat("x", MaxMessageBytes))}})
+	wantCode(t, err, codes.ResourceExhausted, "a message over 64 KiB")
+
+	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k=v")}}
+	unknown := protowire.AppendTag(nil, 1000, protowire.BytesType)
+	unknown = protowire.AppendBytes(unknown, []byte("from a later version"))
+	req.ProtoReflect().SetUnknown(unknown)
+	req.Descriptors[0].ProtoReflect().SetUnknown(unknown)
+	if r := c.ask2(req); codesOf(r) != "OK: OK" {
+		t.Errorf("unknown fields: %s", codesOf(r))
+	}
+
+	err = cc.Invoke(context.Background(), "/envoy.service.ratelimit.v2.RateLimitService/ShouldRateLimit", req, new(rlsv3.RateLimitResponse))
+	wantCode(t, err, codes.Unimplemented, "the v2 service")
+
+	// A domain that is not UTF-8, which no protobuf library sends: the
+	// message is refused as it is decoded.
+	d, err := proto.Marshal(desc("k=v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte{'a', 0xff})
+	raw = protowire.AppendBytes(protowire.AppendTag(raw, 2, protowire.BytesType), d)
+	var out []byte
+	err = cc.Invoke(context.Background(), rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, raw, &out, grpc.ForceCodecV2(rawCodec{}))
+	wantCode(t, err, codes.Internal, "a domain that is not UTF-8")
+}
+
+// rawCodec sends and receives messages as the bytes they are.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(v.([]byte))}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*v.(*[]byte) = data.Materialize()
+	return nil
+}
+
+func (rawCodec) Name() string { return "proto" }
+
+// ask2 sends req, failing the test on an error.
+func (c *client) ask2(req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
+	c.t.Helper()
+	r, err := c.call(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return r
+}
+
+// TestSlowRequest: a request whose message does not arrive within
+// RequestTimeout of its headers is answered DEADLINE_EXCEEDED, and the
+// connection goes on serving.
+func TestSlowRequest(t *testing.T) {
+	_, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{RequestTimeout: 100 * time.Millisecond})
+	cc := dialConn(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Headers sent, the message never.
+	st, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.RecvMsg(new(rlsv3.RateLimitResponse))
+	wantCode(t, err, codes.DeadlineExceeded, "a request with no message")
+	c := &client{t: t, rl: rlsv3.NewRateLimitServiceClient(cc)}
+	if r := c.ask("api", desc("k=v")); codesOf(r) != "OK: OK" {
+		t.Fatalf("after the slow request: %s", codesOf(r))
+	}
+}
+
+// readUntilClosed reads c until the server closes it, failing the test
+// if that takes more than 10 s.
+func readUntilClosed(t *testing.T, c net.Conn, what string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		t.Fatalf("%s: %v, want the connection closed", what, err)
+	}
+}
+
+// TestHandshakeTimeout: a connection that sends nothing is closed after
+// HandshakeTimeout.
+func TestHandshakeTimeout(t *testing.T) {
+	s, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{HandshakeTimeout: 100 * time.Millisecond})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	readUntilClosed(t, c, "a silent connection")
+	poll(t, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
+}
+
+// TestAbandonedConnection: a connection that completed the handshake and
+// then answers nothing, not even the server's keepalive ping, is closed
+// after KeepaliveTime and KeepaliveTimeout.
+func TestAbandonedConnection(t *testing.T) {
+	s, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}),
+		Config{KeepaliveTime: time.Second, KeepaliveTimeout: 100 * time.Millisecond})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte(http2.ClientPreface))
+	if err := http2.NewFramer(c, nil).WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	readUntilClosed(t, c, "an abandoned connection")
+	poll(t, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
+}
+
+// TestPingFlood: a client pinging more often than every 10 s is sent
+// GOAWAY (ENHANCE_YOUR_CALM) and its connection closed.
+func TestPingFlood(t *testing.T) {
+	s, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.Write([]byte(http2.ClientPreface))
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := fr.WritePing(false, [8]byte{byte(i)}); err != nil {
+			break // closed already
+		}
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("no GOAWAY before %v", err)
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			if g.ErrCode != http2.ErrCodeEnhanceYourCalm {
+				t.Errorf("GOAWAY %v, want ENHANCE_YOUR_CALM", g.ErrCode)
+			}
+			break
+		}
+	}
+	readUntilClosed(t, c, "a connection flooding pings")
+	poll(t, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
+}
+
+// TestIdleTimeout: a connection with no request for IdleTimeout is sent
+// GOAWAY and closed; the client's next request opens another.
+func TestIdleTimeout(t *testing.T) {
+	s, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{IdleTimeout: 100 * time.Millisecond})
+	c := dial(t, addr)
+	c.ask("api", desc("k=v"))
+	poll(t, "the idle connection to be closed", func() bool { return s.Stats().Active == 0 })
+	c.ask("api", desc("k=v"))
+	if st := s.Stats(); st.Accepted != 2 {
+		t.Errorf("accepted %d connections, want 2", st.Accepted)
+	}
+}
+
+// TestMaxConns: a connection over MaxConns is closed at once; the ones
+// being served go on.
+func TestMaxConns(t *testing.T) {
+	s, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{MaxConns: 1})
+	c := dial(t, addr)
+	c.ask("api", desc("k=v"))
+	over, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	readUntilClosed(t, over, "a connection over max_conns")
+	if _, err := dial(t, addr).call(&rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k=v")}}); err == nil {
+		t.Error("a gRPC client over max_conns was answered")
+	}
+	c.ask("api", desc("k=v"))
+	if st := s.Stats(); st.Rejected < 2 || st.Active != 1 {
+		t.Errorf("stats %+v, want at least 2 rejected and 1 active", st)
+	}
+}
+
+// TestHealth: the health service says SERVING for the service and for
+// the server as a whole, knows no other service, and turns NOT_SERVING
+// when the stop begins, ending its watches so that the stop waits for no
+// one.
+func TestHealth(t *testing.T) {
+	s, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{})
+	h := healthpb.NewHealthClient(dialConn(t, addr))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, name := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+		r, err := h.Check(ctx, &healthpb.HealthCheckRequest{Service: name})
+		if err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("Check(%q) = %v, %v; want SERVING", name, r, err)
+		}
+	}
+	_, err := h.Check(ctx, &healthpb.HealthCheckRequest{Service: "other"})
+	wantCode(t, err, codes.NotFound, `Check("other")`)
+
+	w, err := h.Watch(ctx, &healthpb.HealthCheckRequest{Service: ServiceName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := w.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("Watch: %v, %v; want SERVING", r, err)
+	}
+	// The watch outlives RequestTimeout's default: nothing ends it but
+	// the stop.
+	stopped := make(chan error, 1)
+	go func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		stopped <- s.Shutdown(sctx)
+	}()
+	if r, err := w.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("Watch on stop: %v, %v; want NOT_SERVING", r, err)
+	}
+	if _, err := w.Recv(); err != io.EOF {
+		t.Errorf("Watch after NOT_SERVING: %v, want the end of the stream", err)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("Shutdown with a watch open: %v, want nil (nothing cut off)", err)
+	}
+}
+
+// blocking is a table whose Peek waits until released.
+type blocking struct {
+	*bucket.Table
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (b *blocking) Peek(now time.Time, key string) (bucket.State, error) {
+	b.once.Do(func() {
+		close(b.entered)
+		<-b.release
+	})
+	return b.Table.Peek(now, key)
+}
+
+// TestShutdownAnswersInFlight: the stop answers the request being
+// decided, then closes its connection.
+func TestShutdownAnswersInFlight(t *testing.T) {
+	tb := &blocking{Table: newTable(t, bucket.Policy{Rate: 1, Burst: 5}), entered: make(chan struct{}), release: make(chan struct{})}
+	s, addr := startServer(t, tb, Config{})
+	c := dial(t, addr)
+	answered := make(chan error, 1)
+	go func() {
+		_, err := c.call(&rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k=v")}})
+		answered <- err
+	}()
+	<-tb.entered
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		stopped <- s.Shutdown(ctx)
+	}()
+	poll(t, "the listener to close", func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	close(tb.release)
+	if err := <-answered; err != nil {
+		t.Errorf("the request in flight: %v, want an answer", err)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if st := s.Stats(); st.Active != 0 || st.OK != 1 {
+		t.Errorf("stats after the stop: %+v", st)
+	}
+}
