@@ -7,8 +7,8 @@
 #      max_tags = 1,000,000, with the daemon's resident memory, tracked
 #      tags and evictions printed every 500,000 tags;
 #   2. every fuzz target for FUZZTIME each (default 60s; a bare number is
-#      seconds, "500000x" a count): FuzzParse (./config), FuzzLineReader
-#      and FuzzConn (./protocol), FuzzDecode (./gossip).
+#      seconds, "500000x" a count): FuzzParse (./internal/config), FuzzLineReader
+#      and FuzzConn (./internal/ways/protocol), FuzzDecode (./internal/gossip).
 #
 # A crasher the fuzzer finds is saved in <package>/testdata/fuzz/<target>/,
 # where plain `go test` replays it from then on: fix the defect and commit

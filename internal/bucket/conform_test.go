@@ -81,7 +81,7 @@ func TestConformance(t *testing.T) {
 	}
 	names, _ := filepath.Glob(filepath.Join(confDir, "*.ops"))
 	if len(names) < len(conformCases) {
-		t.Fatalf("%d conformance cases in %s, want %d: go test ./bucket -run TestConformance -update-conform", len(names), confDir, len(conformCases))
+		t.Fatalf("%d conformance cases in %s, want %d: go test ./internal/bucket -run TestConformance -update-conform", len(names), confDir, len(conformCases))
 	}
 	for _, ops := range names {
 		name := strings.TrimSuffix(filepath.Base(ops), ".ops")

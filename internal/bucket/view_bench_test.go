@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkViewDecide is one in-process decision from the shared table,
-// on known tags, at 10,000 and a million tags: go test ./bucket -run '^$'
+// on known tags, at 10,000 and a million tags: go test ./internal/bucket -run '^$'
 // -bench ViewDecide -cpu 1,2. Each thread decides on tags of its own: a
 // random share of them (their records lie side by side with the other
 // threads', a record being about 40 bytes, so a cache line often holds

@@ -22,14 +22,14 @@ import (
 // (Default), what it may hold (rules.go), whether a reload changes it (its
 // reload tag) and what it is (its field's comment). Regenerate it with
 //
-//	go test ./config -run TestReferenceIsCurrent -update
+//	go test ./internal/config -run TestReferenceIsCurrent -update
 
 var update = flag.Bool("update", false, "rewrite the reference in docs/configuration.md from the package")
 
 // The reference is the part of referencePage between these two lines.
 const (
 	referencePage  = "../../docs/configuration.md"
-	referenceBegin = "<!-- reference: generated from package config by `go test ./config -run TestReferenceIsCurrent -update`; edit the package, not this part -->"
+	referenceBegin = "<!-- reference: generated from package config by `go test ./internal/config -run TestReferenceIsCurrent -update`; edit the package, not this part -->"
 	referenceEnd   = "<!-- end of the generated reference -->"
 )
 
@@ -67,7 +67,7 @@ func TestReferenceIsCurrent(t *testing.T) {
 		}
 		return "(end of page)"
 	}
-	t.Errorf("%s is stale from line %d:\n have %s\n want %s\nregenerate it: go test ./config -run TestReferenceIsCurrent -update",
+	t.Errorf("%s is stale from line %d:\n have %s\n want %s\nregenerate it: go test ./internal/config -run TestReferenceIsCurrent -update",
 		referencePage, n+1, line(got), line(want))
 }
 

@@ -142,7 +142,7 @@ func TestClusterHoldsRate(t *testing.T) {
 // and the most served in 1 s, 1 min and 10 min within the bound plus the
 // hits still lost. docs/reliability.md has the figures:
 //
-//	go test ./gossip -run TestClusterWithLoss -v
+//	go test ./internal/gossip -run TestClusterWithLoss -v
 func TestClusterWithLoss(t *testing.T) {
 	base := defaultRun().run(t)
 	c0 := defaultRun()

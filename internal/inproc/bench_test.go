@@ -13,7 +13,7 @@ import (
 // evicts to insert each); "socket", known tags with sharing off. One
 // goroutine, so "new", "full" and "socket" are a round trip each:
 //
-//	go test ./inproc -run '^$' -bench Decide -benchtime 100000x
+//	go test ./internal/inproc -run '^$' -bench Decide -benchtime 100000x
 func BenchmarkDecide(b *testing.B) {
 	const tags = 10000
 	for _, w := range []string{"known", "new", "full", "socket"} {

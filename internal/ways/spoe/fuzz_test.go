@@ -11,7 +11,7 @@ import (
 // panic, must answer within the frame size it agreed, and must keep no
 // more than a frame's worth of input.
 //
-//	go test -run '^$' -fuzz FuzzFrames -fuzztime 1m ./spoe
+//	go test -run '^$' -fuzz FuzzFrames -fuzztime 1m ./internal/ways/spoe
 func FuzzFrames(f *testing.F) {
 	f.Add(helloFrame())
 	f.Add(append(helloFrame(), notifyFrame(1, 1, kv{"tag", str("a")}, kv{"cost", u32(2)})...))
