@@ -17,7 +17,7 @@ var libdthrottleDir = filepath.Join("..", "libdthrottle")
 
 // goldenDir holds the Go side's conformance cases, which dt_conform must
 // pass byte for byte.
-var goldenDir = filepath.Join("..", "bucket", "testdata", "shared")
+var goldenDir = filepath.Join("..", "internal", "bucket", "testdata", "shared")
 
 // copyLibdthrottle copies the library's sources (not whatever was built
 // in the tree) into a new temp dir and returns it, so that each make runs
