@@ -3,7 +3,7 @@
  * ngx_http_dthrottle_conn.c: the worker's one connection to dthrottled,
  * made without blocking (ngx_event_connect_peer) by its first ask and kept
  * between asks, and the asks pipelined on it (ngx_http_dthrottle_ask.c
- * queues them and resumes their requests):
+ * queues them; each answer goes to the resume handler given with them):
  *
  *  - An ask puts its line in the out buffer and takes the next place in a
  *    ring of NGX_HTTP_DTHROTTLE_QUEUE, with a timer of its own (its
@@ -55,6 +55,8 @@ typedef struct {
     ngx_peer_connection_t       peer;     /* connection NULL: none */
     ngx_http_dthrottle_main_conf_t
                                *dmcf;
+    ngx_http_dthrottle_resume_pt
+                                resume;   /* where answers go */
     ngx_http_dthrottle_slot_t  *slots;    /* a ring of QUEUE places */
     ngx_uint_t                  head;     /* the oldest waiting */
     ngx_uint_t                  waiting;  /* places taken */
@@ -92,14 +94,14 @@ static ngx_http_dthrottle_conn_t  ngx_http_dthrottle_conn;
 /*
  * ngx_http_dthrottle_queue() queues the ask of tag (checked: no CR or LF)
  * for ctx's request, within timeout, connecting first if need be. It
- * returns NGX_OK (queued: ngx_http_dthrottle_resume() will end it),
+ * returns NGX_OK (queued: resume will be called with its answer),
  * NGX_DECLINED (not queued; *err says why) or NGX_ERROR.
  */
 
 ngx_int_t
 ngx_http_dthrottle_queue(ngx_http_dthrottle_main_conf_t *dmcf,
     ngx_http_dthrottle_ctx_t *ctx, ngx_str_t *tag, ngx_msec_t timeout,
-    const char **err)
+    ngx_http_dthrottle_resume_pt resume, const char **err)
 {
     ngx_uint_t                  i;
     ngx_event_t                *ev;
@@ -148,6 +150,8 @@ ngx_http_dthrottle_queue(ngx_http_dthrottle_main_conf_t *dmcf,
     {
         return NGX_DECLINED;
     }
+
+    k->resume = resume;
 
     ngx_memcpy(k->out + k->last, tag->data, tag->len);
     k->last += tag->len;
@@ -395,7 +399,7 @@ ngx_http_dthrottle_read_handler(ngx_event_t *rev)
             ctx = ngx_http_dthrottle_pop(k);
 
             if (ctx != NULL) {
-                ngx_http_dthrottle_resume(ctx, answer, NULL);
+                k->resume(ctx, answer, NULL);
             }
 
             /* nothing a request does when resumed closes the connection;
@@ -478,8 +482,7 @@ ngx_http_dthrottle_fail_all(ngx_http_dthrottle_conn_t *k, const char *err)
         ctx = ngx_http_dthrottle_pop(k);
 
         if (ctx != NULL) {
-            ngx_http_dthrottle_resume(ctx, NGX_HTTP_DTHROTTLE_ANSWER_FAILED,
-                                      err);
+            k->resume(ctx, NGX_HTTP_DTHROTTLE_ANSWER_FAILED, err);
         }
     }
 }

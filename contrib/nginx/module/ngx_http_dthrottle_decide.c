@@ -2,8 +2,10 @@
 /*
  * ngx_http_dthrottle_decide.c: the phase handler of
  * ngx_http_dthrottle_module (see ngx_http_dthrottle_module.c): a request's
- * tag decided from the table the worker maps, or asked; the fail mode and
- * its backoff; the refusal and its headers.
+ * tag decided from the table the worker maps, or asked
+ * (ngx_http_dthrottle_ask.c) and resumed with the answer; the fail mode
+ * and its backoff; the refusal and its headers (libdthrottle's
+ * dt_headers).
  */
 
 
@@ -18,7 +20,6 @@
 #define NGX_HTTP_DTHROTTLE_MAX_TAG    1024   /* bytes a tag may have */
 #define NGX_HTTP_DTHROTTLE_RETRY_MIN  50     /* ms without asking after a */
 #define NGX_HTTP_DTHROTTLE_RETRY_MAX  5000   /* failure, doubling to this */
-#define NGX_HTTP_DTHROTTLE_NS         1000000000LL
 
 
 static void ngx_http_dthrottle_left(ngx_http_request_t *r,
@@ -26,15 +27,18 @@ static void ngx_http_dthrottle_left(ngx_http_request_t *r,
 static ngx_int_t ngx_http_dthrottle_start_ask(ngx_http_request_t *r,
     ngx_http_dthrottle_loc_conf_t *dlcf, ngx_http_dthrottle_ctx_t *ctx,
     ngx_str_t *tag);
+static void ngx_http_dthrottle_resume(ngx_http_dthrottle_ctx_t *ctx,
+    ngx_uint_t answer, const char *err);
+static void ngx_http_dthrottle_cleanup(void *data);
+static ngx_int_t ngx_http_dthrottle_answered(ngx_http_request_t *r,
+    ngx_http_dthrottle_ctx_t *ctx, ngx_uint_t answer, const char *err);
+static void ngx_http_dthrottle_probe_done(ngx_http_dthrottle_ctx_t *ctx);
 static ngx_int_t ngx_http_dthrottle_fail(ngx_http_request_t *r,
     ngx_http_dthrottle_loc_conf_t *dlcf, ngx_http_dthrottle_ctx_t *ctx);
 static ngx_int_t ngx_http_dthrottle_refuse(ngx_http_request_t *r,
     ngx_http_dthrottle_loc_conf_t *dlcf, dt_result *res);
 static ngx_int_t ngx_http_dthrottle_header(ngx_http_request_t *r,
     ngx_str_t *key, u_char *value, size_t len);
-
-
-ngx_http_dthrottle_worker_t  ngx_http_dthrottle_worker;
 
 
 static ngx_str_t  ngx_http_dthrottle_retry_after = ngx_string("Retry-After");
@@ -261,7 +265,8 @@ ngx_http_dthrottle_start_ask(ngx_http_request_t *r,
     }
 
     err = "";
-    rc = ngx_http_dthrottle_ask(r, ctx, tag, dlcf->timeout, &err);
+    rc = ngx_http_dthrottle_ask(r, ctx, tag, dlcf->timeout,
+                                ngx_http_dthrottle_resume, &err);
 
     if (rc == NGX_AGAIN) {
         return NGX_AGAIN;
@@ -279,11 +284,57 @@ ngx_http_dthrottle_start_ask(ngx_http_request_t *r,
 
 
 /*
+ * ngx_http_dthrottle_resume(), the resume handler of an ask, ends it and
+ * resumes the request's phases: the phase handler, run again, returns
+ * what the answer decided.
+ */
+
+static void
+ngx_http_dthrottle_resume(ngx_http_dthrottle_ctx_t *ctx, ngx_uint_t answer,
+    const char *err)
+{
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+    c = r->connection;
+
+    ngx_http_dthrottle_probe_done(ctx);
+    ngx_http_set_log_request(c->log, r);
+
+    ctx->rc = ngx_http_dthrottle_answered(r, ctx, answer, err);
+    ctx->state = NGX_HTTP_DTHROTTLE_ANSWERED;
+
+    r->read_event_handler = ngx_http_block_reading;
+    r->write_event_handler = ngx_http_core_run_phases;
+
+    ngx_http_core_run_phases(r);
+    ngx_http_run_posted_requests(c);
+}
+
+
+/*
+ * The cleanup of a decided request's pool: a request that did not wait
+ * out its ask (the client went away) gives up its place in the queue.
+ * Its handler also marks the request decided (ngx_http_dthrottle_get_ctx).
+ */
+
+static void
+ngx_http_dthrottle_cleanup(void *data)
+{
+    ngx_http_dthrottle_ctx_t  *ctx = data;
+
+    ngx_http_dthrottle_unqueue(ctx);
+    ngx_http_dthrottle_probe_done(ctx);
+}
+
+
+/*
  * ngx_http_dthrottle_answered() takes an ask's outcome (err says why it
  * failed) and returns what the phase handler returns for the request.
  */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_dthrottle_answered(ngx_http_request_t *r,
     ngx_http_dthrottle_ctx_t *ctx, ngx_uint_t answer, const char *err)
 {
@@ -344,7 +395,12 @@ ngx_http_dthrottle_answered(ngx_http_request_t *r,
 }
 
 
-void
+/*
+ * ngx_http_dthrottle_probe_done() ends the backoff's one ask, if ctx's
+ * request made it.
+ */
+
+static void
 ngx_http_dthrottle_probe_done(ngx_http_dthrottle_ctx_t *ctx)
 {
     if (ctx->probe) {
@@ -373,25 +429,19 @@ ngx_http_dthrottle_fail(ngx_http_request_t *r,
 
 /*
  * ngx_http_dthrottle_refuse() refuses with dthrottle_status. res, when
- * the table refused, is its bucket: Retry-After is the time until a token
- * and RateLimit-Policy and RateLimit state the policy, as the daemon's HTTP
- * endpoint does: the name as a structured-field string, q the burst, w
- * the time to fill (burst / rate), t the time until full, each rounded up
- * to a second. A deny policy has no bucket, and gets no header. Without a
- * bucket (asked, failed closed, a bad tag denied): Retry-After: 1.
+ * the table refused, is its bucket: Retry-After, RateLimit-Policy and
+ * RateLimit state it as the daemon's HTTP endpoint does (dt_headers). A
+ * deny policy has no bucket, and gets no header. Without a bucket
+ * (asked, failed closed, a bad tag denied): Retry-After: 1.
  */
 
 static ngx_int_t
 ngx_http_dthrottle_refuse(ngx_http_request_t *r,
     ngx_http_dthrottle_loc_conf_t *dlcf, dt_result *res)
 {
-    u_char          *p, *last, c;
-    u_char           name[2 * sizeof(((dt_policy_info *) 0)->name) + 2];
-    size_t           len;
-    double           fill;
-    int64_t          retry, window, reset;
-    ngx_uint_t       i;
-    dt_policy_info   info;
+    u_char            *retry, *policy, *limit;
+    dt_policy_info     info, *pi;
+    dt_header_values   h;
 
     if (res == NULL) {
         if (ngx_http_dthrottle_header(r, &ngx_http_dthrottle_retry_after,
@@ -408,76 +458,42 @@ ngx_http_dthrottle_refuse(ngx_http_request_t *r,
         return dlcf->status;
     }
 
-    retry = res->retry_after_ns / NGX_HTTP_DTHROTTLE_NS
-            + (res->retry_after_ns % NGX_HTTP_DTHROTTLE_NS > 0);
-    reset = res->reset_ns / NGX_HTTP_DTHROTTLE_NS
-            + (res->reset_ns % NGX_HTTP_DTHROTTLE_NS > 0);
-
-    p = ngx_pnalloc(r->pool, 3 * NGX_INT64_LEN + 2 * sizeof(name) + 32);
-    if (p == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    last = ngx_sprintf(p, "%L", ngx_max(retry, 1));
-
-    if (ngx_http_dthrottle_header(r, &ngx_http_dthrottle_retry_after, p,
-                                  last - p)
-        != NGX_OK)
-    {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
     /* the policy as the table states it now; while the daemon rewrites
      * its policies (EAGAIN), Retry-After goes alone */
 
-    if (dt_policy(ngx_http_dthrottle_worker.table, res->policy, &info) != 0) {
-        return dlcf->status;
+    pi = dt_policy(ngx_http_dthrottle_worker.table, res->policy, &info) == 0
+         ? &info : NULL;
+
+    dt_headers(pi, 0, (double) res->remaining, res->retry_after_ns,
+               res->reset_ns, &h);
+
+    retry = ngx_pnalloc(r->pool,
+                        h.retry_after_len + h.policy_len + h.limit_len);
+    if (retry == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    fill = info.rate > 0 ? info.burst / info.rate : 0;
+    policy = ngx_cpymem(retry, h.retry_after, h.retry_after_len);
+    limit = ngx_cpymem(policy, h.policy, h.policy_len);
+    ngx_memcpy(limit, h.limit, h.limit_len);
 
-    if (!(fill > 1)) {
-        window = 1;
-
-    } else if (fill >= 9.2e18) {
-        window = INT64_MAX;
-
-    } else {
-        window = (int64_t) fill;
-        window += ((double) window < fill);
-    }
-
-    len = 0;
-    name[len++] = '"';
-
-    for (i = 0; i < sizeof(info.name) && info.name[i] != '\0'; i++) {
-        c = (u_char) info.name[i];
-
-        if (c == '"' || c == '\\') {
-            name[len++] = '\\';
-            name[len++] = c;
-
-        } else {
-            name[len++] = (c < 0x20 || c > 0x7e) ? '?' : c;
-        }
-    }
-
-    name[len++] = '"';
-
-    p = last;
-    last = ngx_sprintf(p, "%*s;q=%uD;w=%L", len, name, info.burst, window);
-
-    if (ngx_http_dthrottle_header(r, &ngx_http_dthrottle_policy, p, last - p)
+    if (ngx_http_dthrottle_header(r, &ngx_http_dthrottle_retry_after, retry,
+                                  h.retry_after_len)
         != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    p = last;
-    last = ngx_sprintf(p, "%*s;r=0;t=%L", len, name, reset);
+    if (pi == NULL) {
+        return dlcf->status;
+    }
 
-    if (ngx_http_dthrottle_header(r, &ngx_http_dthrottle_limit, p, last - p)
-        != NGX_OK)
+    if (ngx_http_dthrottle_header(r, &ngx_http_dthrottle_policy, policy,
+                                  h.policy_len)
+        != NGX_OK
+        || ngx_http_dthrottle_header(r, &ngx_http_dthrottle_limit, limit,
+                                     h.limit_len)
+           != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }

@@ -15,6 +15,10 @@
  *   ngx_http_dthrottle_conn.c    the worker's one connection to
  *                                dthrottled, kept, and the asks pipelined
  *                                on it
+ *
+ * Calls run one way, down: module.c and stats.c to decide.c, decide.c
+ * to ask.c and conn.c, ask.c to conn.c. An answer comes back up through
+ * the resume handler decide.c gives with each ask.
  */
 
 
@@ -53,7 +57,7 @@ typedef enum {
 } ngx_http_dthrottle_state_e;
 
 
-/* The outcome of an ask, for ngx_http_dthrottle_answered(). */
+/* The outcome of an ask, given to the resume handler. */
 typedef enum {
     NGX_HTTP_DTHROTTLE_ANSWER_OK = 0,
     NGX_HTTP_DTHROTTLE_ANSWER_NO,
@@ -116,27 +120,34 @@ typedef struct {
 } ngx_http_dthrottle_worker_t;
 
 
+/*
+ * The handler an ask's answer (or failure: err says why) goes to; the
+ * phase handler's, given down to the connection, which knows nothing of
+ * requests.
+ */
+typedef void (*ngx_http_dthrottle_resume_pt)(ngx_http_dthrottle_ctx_t *ctx,
+    ngx_uint_t answer, const char *err);
+
+
+/* ngx_http_dthrottle_decide.c */
 ngx_int_t ngx_http_dthrottle_handler(ngx_http_request_t *r);
 ngx_http_dthrottle_ctx_t *ngx_http_dthrottle_get_ctx(ngx_http_request_t *r);
-void ngx_http_dthrottle_attach(ngx_log_t *log,
-    ngx_http_dthrottle_main_conf_t *dmcf);
-ngx_int_t ngx_http_dthrottle_answered(ngx_http_request_t *r,
-    ngx_http_dthrottle_ctx_t *ctx, ngx_uint_t answer, const char *err);
-void ngx_http_dthrottle_probe_done(ngx_http_dthrottle_ctx_t *ctx);
 
+/* ngx_http_dthrottle_ask.c */
 ngx_int_t ngx_http_dthrottle_ask(ngx_http_request_t *r,
     ngx_http_dthrottle_ctx_t *ctx, ngx_str_t *tag, ngx_msec_t timeout,
-    const char **err);
-void ngx_http_dthrottle_resume(ngx_http_dthrottle_ctx_t *ctx,
-    ngx_uint_t answer, const char *err);
-void ngx_http_dthrottle_cleanup(void *data);
+    ngx_http_dthrottle_resume_pt resume, const char **err);
+void ngx_http_dthrottle_attach(ngx_log_t *log,
+    ngx_http_dthrottle_main_conf_t *dmcf);
 
+/* ngx_http_dthrottle_conn.c */
 ngx_int_t ngx_http_dthrottle_queue(ngx_http_dthrottle_main_conf_t *dmcf,
     ngx_http_dthrottle_ctx_t *ctx, ngx_str_t *tag, ngx_msec_t timeout,
-    const char **err);
+    ngx_http_dthrottle_resume_pt resume, const char **err);
 void ngx_http_dthrottle_unqueue(ngx_http_dthrottle_ctx_t *ctx);
 void ngx_http_dthrottle_queue_exit(void);
 
+/* ngx_http_dthrottle_stats.c */
 ngx_int_t ngx_http_dthrottle_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 char *ngx_http_dthrottle_stats(ngx_conf_t *cf, ngx_command_t *cmd,
