@@ -8,7 +8,9 @@
  *   ngx_http_dthrottle_stats.c   $dthrottle_status, and dthrottle_stats:
  *                                the worker's counters
  *   ngx_http_dthrottle_decide.c  the phase handler: the decision from the
- *                                table, the fail mode, refusals
+ *                                table, the fail mode
+ *   ngx_http_dthrottle_refuse.c  a refusal's status and headers
+ *                                (libdthrottle's dt_headers)
  *   ngx_http_dthrottle_ask.c     talking to dthrottled: asking it without
  *                                blocking the worker, and attaching to
  *                                its table
@@ -17,7 +19,7 @@
  *                                on it
  *
  * Calls run one way, down: module.c and stats.c to decide.c, decide.c
- * to ask.c and conn.c, ask.c to conn.c. An answer comes back up through
+ * to refuse.c, ask.c and conn.c, ask.c to conn.c. An answer comes back up through
  * the resume handler decide.c gives with each ask.
  */
 
@@ -132,6 +134,10 @@ typedef void (*ngx_http_dthrottle_resume_pt)(ngx_http_dthrottle_ctx_t *ctx,
 /* ngx_http_dthrottle_decide.c */
 ngx_int_t ngx_http_dthrottle_handler(ngx_http_request_t *r);
 ngx_http_dthrottle_ctx_t *ngx_http_dthrottle_get_ctx(ngx_http_request_t *r);
+
+/* ngx_http_dthrottle_refuse.c */
+ngx_int_t ngx_http_dthrottle_refuse(ngx_http_request_t *r,
+    ngx_http_dthrottle_loc_conf_t *dlcf, dt_result *res);
 
 /* ngx_http_dthrottle_ask.c */
 ngx_int_t ngx_http_dthrottle_ask(ngx_http_request_t *r,
