@@ -17,9 +17,11 @@
  *   ngx_http_dthrottle_conn.c    the worker's one connection to
  *                                dthrottled, kept, and the asks pipelined
  *                                on it
+ *   ngx_http_dthrottle_ring.c    the places of the asks waiting on it
  *
  * Calls run one way, down: module.c and stats.c to decide.c, decide.c
- * to refuse.c, ask.c and conn.c, ask.c to conn.c. An answer comes back up through
+ * to refuse.c, ask.c, conn.c and ring.c (a gone request's unqueue), ask.c
+ * to conn.c, conn.c to ring.c. An answer comes back up through
  * the resume handler decide.c gives with each ask.
  */
 
@@ -123,6 +125,26 @@ typedef struct {
 
 
 /*
+ * The asks waiting on the worker's connection, oldest first: a ring of
+ * NGX_HTTP_DTHROTTLE_QUEUE places (ngx_http_dthrottle_ring.c).
+ */
+#define NGX_HTTP_DTHROTTLE_QUEUE  1024    /* asks waiting on a connection */
+
+/* A place in the queue: an ask waiting for its reply. */
+struct ngx_http_dthrottle_slot_s {
+    ngx_http_dthrottle_ctx_t   *ctx;      /* NULL: its request went away */
+    uint64_t                    end;      /* ask's last byte: out's total */
+    ngx_event_t                 timer;    /* its dthrottle_timeout */
+};
+
+typedef struct {
+    ngx_http_dthrottle_slot_t  *slots;    /* NULL until the first ask */
+    ngx_uint_t                  head;     /* the oldest waiting */
+    ngx_uint_t                  waiting;  /* places taken */
+} ngx_http_dthrottle_ring_t;
+
+
+/*
  * The handler an ask's answer (or failure: err says why) goes to; the
  * phase handler's, given down to the connection, which knows nothing of
  * requests.
@@ -150,8 +172,17 @@ void ngx_http_dthrottle_attach(ngx_log_t *log,
 ngx_int_t ngx_http_dthrottle_queue(ngx_http_dthrottle_main_conf_t *dmcf,
     ngx_http_dthrottle_ctx_t *ctx, ngx_str_t *tag, ngx_msec_t timeout,
     ngx_http_dthrottle_resume_pt resume, const char **err);
-void ngx_http_dthrottle_unqueue(ngx_http_dthrottle_ctx_t *ctx);
 void ngx_http_dthrottle_queue_exit(void);
+
+/* ngx_http_dthrottle_ring.c */
+ngx_int_t ngx_http_dthrottle_ring_init(ngx_http_dthrottle_ring_t *q,
+    ngx_event_handler_pt timeout);
+void ngx_http_dthrottle_ring_push(ngx_http_dthrottle_ring_t *q,
+    ngx_http_dthrottle_ctx_t *ctx, uint64_t end, ngx_msec_t timeout);
+ngx_http_dthrottle_ctx_t *ngx_http_dthrottle_ring_pop(
+    ngx_http_dthrottle_ring_t *q, uint64_t *end);
+void ngx_http_dthrottle_unqueue(ngx_http_dthrottle_ctx_t *ctx);
+void ngx_http_dthrottle_ring_free(ngx_http_dthrottle_ring_t *q);
 
 /* ngx_http_dthrottle_stats.c */
 ngx_int_t ngx_http_dthrottle_status_variable(ngx_http_request_t *r,
