@@ -1,6 +1,7 @@
 /* dt_conform: runs the shared table's golden cases through libdthrottle.
  *
  *     dt_conform [DIR [NAME...]]      DIR defaults to ../internal/bucket/testdata/shared
+ *     dt_conform -headers FILE        the header cases (dt_conform_headers.c)
  *
  * A case NAME in DIR is four files, the contract the Go side (inproc)
  * implements too:
@@ -384,6 +385,8 @@ out:
     return rc;
 }
 
+int dt_conform_headers(const char *path); /* dt_conform_headers.c */
+
 static int by_name(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -396,8 +399,11 @@ int main(int argc, char **argv)
     size_t n = 0, cap = 0;
     int worst = 0;
 
+    if (argc == 3 && strcmp(argv[1], "-headers") == 0) {
+        return dt_conform_headers(argv[2]);
+    }
     if (argc > 1 && argv[1][0] == '-') {
-        fprintf(stderr, "usage: dt_conform [DIR [NAME...]]\n");
+        fprintf(stderr, "usage: dt_conform [DIR [NAME...]] | dt_conform -headers FILE\n");
         return 2;
     }
     if (argc > 2) {

@@ -65,6 +65,21 @@ typedef struct {
     double rate;     /* tokens per second (burst / rate: the window, w) */
 } dt_policy_info;
 
+/* DT_HEADER_MAX is the size of the RateLimit-Policy and RateLimit values
+ * dt_headers writes, their NUL included: the longest name of a
+ * dt_policy_info, every byte escaped, and the largest numbers. */
+#define DT_HEADER_MAX 576
+
+/* dt_header_values is a decision stated as header fields
+ * (draft-ietf-httpapi-ratelimit-headers-10), as dthrottled's own ways
+ * in state it. Each value is NUL-terminated; its length beside it. */
+typedef struct {
+    char policy[DT_HEADER_MAX];  /* RateLimit-Policy: "name";q=<burst>;w=<seconds> */
+    char limit[DT_HEADER_MAX];   /* RateLimit: "name";r=<remaining>;t=<seconds> */
+    char retry_after[24];        /* Retry-After: <seconds>; "" for none */
+    size_t policy_len, limit_len, retry_after_len;
+} dt_header_values;
+
 /* dt_hash is the table's hash of key (n bytes) under seed, bit for bit
  * the daemon's (bucket.Hash). */
 uint64_t dt_hash(uint64_t seed, const void *key, size_t n);
@@ -125,6 +140,31 @@ int dt_reattach(dt_table *t);
  * nothing in process. Lock-free; meant for a refusal's headers, not for
  * every decision (it walks the names). */
 int dt_policy(dt_table *t, int policy, dt_policy_info *out);
+
+/* dt_headers fills *h with the header values of a decision under policy
+ * p, with the daemon's arithmetic (internal/ways/rlheader), byte for byte:
+ *   RateLimit-Policy  p's name as a structured-field string ('"' and '\'
+ *                     escaped, a byte outside printable ASCII as '?'), q
+ *                     its burst, w the time it takes to refill from empty
+ *                     (burst / rate seconds, in whole nanoseconds), rounded
+ *                     up to a second, at least 1 (1 for a policy that is
+ *                     not a limit: action not 0, rate or burst not > 0);
+ *   RateLimit         the name, r the whole tokens left (tokens rounded
+ *                     down, at least 0), t full_ns rounded up to a second
+ *                     (0 for full_ns <= 0);
+ *   Retry-After       on a refusal (served 0): wait_ns rounded up to a
+ *                     second, at least 1; none when served, or when
+ *                     wait_ns is INT64_MAX (a cost above the burst, never
+ *                     served).
+ * p NULL (dt_policy failed) leaves the RateLimit values empty and states
+ * Retry-After alone. From a dt_decide answer rc and its dt_result res:
+ *   dt_headers(&info, rc == DT_OK, (double)res.remaining,
+ *              res.retry_after_ns, res.reset_ns, &h);
+ * where info is dt_policy(t, res.policy, ...)'s. Whether to send them is
+ * the caller's: the daemon states them for limit policies only (res's
+ * reset_ns above 0). No allocation, no lock, no system call. */
+void dt_headers(const dt_policy_info *p, int served, double tokens,
+                int64_t wait_ns, int64_t full_ns, dt_header_values *h);
 
 /* dt_shared reports whether t has mappings to decide in process (1), or
  * asks everything over its socket (0). */

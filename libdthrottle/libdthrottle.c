@@ -28,3 +28,4 @@
 #include "dthrottle_hash.c"
 #include "dthrottle_socket.c"
 #include "dthrottle_attach.c"
+#include "dthrottle_headers.c"

@@ -19,6 +19,7 @@
 #include "httpd.h"
 #include "http_config.h"
 #include "http_log.h"
+#include "apr_strings.h"
 
 #include "../../libdthrottle/dthrottle_table.h"
 #include "dthrottle_shared.h"
@@ -28,7 +29,6 @@ APLOG_USE_MODULE(dthrottle);
 #define NS_PER_SEC 1000000000LL
 #define ATTACH_RETRY_NS (1 * NS_PER_SEC)   /* after a failed attach */
 #define SOCKET_ONLY_NS (30 * NS_PER_SEC)   /* while the daemon shares no table */
-#define MAX_RETRY_AFTER 86400              /* DThrottleRetryAfter's own bound */
 
 /* mono_now returns a monotonic clock in nanoseconds. */
 static apr_uint64_t mono_now(void)
@@ -85,21 +85,8 @@ void dt_inproc_child_init(dt_target *t, apr_pool_t *pchild, server_rec *s, int n
                  "process", t->name);
 }
 
-/* retry_seconds rounds a time until a token is earned up to seconds, 1 to
- * MAX_RETRY_AFTER; 0 for none. */
-static int retry_seconds(int64_t ns)
-{
-    if (ns <= 0) {
-        return 0;
-    }
-    if (ns >= (int64_t)MAX_RETRY_AFTER * NS_PER_SEC) {
-        return MAX_RETRY_AFTER;
-    }
-    return (int)((ns + NS_PER_SEC - 1) / NS_PER_SEC);
-}
-
 dt_inproc_answer dt_inproc_decide(dt_target *t, const char *tag, apr_size_t n,
-                                  int *retry_after)
+                                  apr_pool_t *p, const char **retry_after)
 {
     dt_table *tb;
     dt_result res;
@@ -115,7 +102,15 @@ dt_inproc_answer dt_inproc_decide(dt_target *t, const char *tag, apr_size_t n,
     case DT_OK:
         return DT_INPROC_OK;
     case DT_NO:
-        *retry_after = retry_seconds(res.retry_after_ns);
+        *retry_after = NULL;
+        if (res.reset_ns > 0) { /* a limit's bucket; a deny policy has none */
+            dt_header_values h;
+
+            dt_headers(NULL, 0, (double)res.remaining, res.retry_after_ns, res.reset_ns, &h);
+            if (h.retry_after_len > 0) {
+                *retry_after = apr_pstrmemdup(p, h.retry_after, h.retry_after_len);
+            }
+        }
         return DT_INPROC_NO;
     case DT_LEFT:
         return DT_INPROC_ATTACH;

@@ -45,10 +45,11 @@ void dt_inproc_child_init(dt_target *t, apr_pool_t *pchild, server_rec *s, int n
 
 /* dt_inproc_decide decides tag (n bytes: the prefix and the tag, without
  * the "\n" the socket would get) from the table of t. On DT_INPROC_NO,
- * *retry_after is the seconds until the tag's bucket earns a token,
- * rounded up, 1 to 86400; 0 when the table does not say (a deny policy). */
+ * *retry_after is the Retry-After value of the tag's bucket (libdthrottle's
+ * dt_headers, the daemon's arithmetic), allocated from p; NULL when the
+ * table does not say (a deny policy). */
 dt_inproc_answer dt_inproc_decide(dt_target *t, const char *tag, apr_size_t n,
-                                  int *retry_after);
+                                  apr_pool_t *p, const char **retry_after);
 
 /* dt_inproc_answered tells that the daemon at t answered over the socket a
  * query that dt_inproc_decide answered DT_INPROC_ATTACH: it is up, so the

@@ -302,15 +302,16 @@ static const command_rec dt_cmds[] = {
 };
 
 /* refuse answers a request with the configured status and Retry-After:
- * DThrottleRetryAfter when set, else the seconds the shared table says
- * the bucket needs for a token (table_retry, when above 0), else 1. */
-static int refuse(request_rec *r, const dt_conf *c, int table_retry)
+ * DThrottleRetryAfter when set (0: none), else the value the shared table
+ * gives for the bucket (table_retry, when not NULL), else 1. */
+static int refuse(request_rec *r, const dt_conf *c, const char *table_retry)
 {
-    int retry = c->retry_after != -1 ? c->retry_after : table_retry > 0 ? table_retry : 1;
-
     dt_count(DT_C_REFUSED);
-    if (retry > 0) {
-        apr_table_setn(r->err_headers_out, "Retry-After", apr_itoa(r->pool, retry));
+    if (c->retry_after > 0) {
+        apr_table_setn(r->err_headers_out, "Retry-After", apr_itoa(r->pool, c->retry_after));
+    }
+    else if (c->retry_after == -1) {
+        apr_table_setn(r->err_headers_out, "Retry-After", table_retry ? table_retry : "1");
     }
     return c->status ? c->status : HTTP_TOO_MANY_REQUESTS;
 }
@@ -326,9 +327,9 @@ static int serve(void)
 static int dt_check(request_rec *r)
 {
     const dt_conf *c;
-    const char *tag, *line;
+    const char *tag, *line, *retry = NULL;
     apr_size_t plen, tlen;
-    int max_tag, retry = 0;
+    int max_tag;
     request_rec *p;
     dt_target *t;
     dt_inproc_answer inproc;
@@ -387,14 +388,14 @@ static int dt_check(request_rec *r)
                           "per process; see the bad_tag counter)", max_tag,
                           c->bad_tag_allow == 1 ? "allow" : "deny");
         }
-        return c->bad_tag_allow == 1 ? serve() : refuse(r, c, 0);
+        return c->bad_tag_allow == 1 ? serve() : refuse(r, c, NULL);
     }
     line = apr_pstrcat(r->pool, c->prefix ? c->prefix : "", tag, "\n", NULL);
     t = c->target ? c->target : default_target;
 
     /* In process first, from the table the daemon shares; the same tag as
      * the socket's line, without its "\n". */
-    inproc = dt_inproc_decide(t, line, plen + tlen, &retry);
+    inproc = dt_inproc_decide(t, line, plen + tlen, r->pool, &retry);
     if (inproc == DT_INPROC_OK || inproc == DT_INPROC_NO) {
         dt_count(DT_C_DECIDED_SHARED);
         return inproc == DT_INPROC_OK ? serve() : refuse(r, c, retry);
@@ -413,7 +414,7 @@ static int dt_check(request_rec *r)
         return serve();
     case DT_ANSWER_NO:
         dt_count(DT_C_ASKED);
-        return refuse(r, c, 0);
+        return refuse(r, c, NULL);
     case DT_ANSWER_FAILED:
         dt_count(DT_C_ASKED);
         break;
@@ -423,7 +424,7 @@ static int dt_check(request_rec *r)
     }
     if (c->fail_closed == 1) {
         dt_count(DT_C_FAILED_CLOSED);
-        return refuse(r, c, 0);
+        return refuse(r, c, NULL);
     }
     dt_count(DT_C_FAILED_OPEN);
     return serve();

@@ -16,8 +16,9 @@
  * stash: a refusal and its bucket, a tag to ask the daemon, a table the
  * daemon left, a bad tag. The action dthrottle_resolve, which HAProxy
  * runs next in the same rule on the same thread, takes the stash (take)
- * and finishes in Lua: the headers of a refusal, an ask over HAProxy's
- * non-blocking socket, the fail mode.
+ * and finishes in Lua: the headers of a refusal (their values from
+ * headers, libdthrottle's dt_headers), an ask over HAProxy's non-blocking
+ * socket, the fail mode.
  *
  * One attachment per process. dthrottle_shared.lua is loaded into each
  * thread's Lua state (lua-load-per-thread), and each state requires this
@@ -180,27 +181,36 @@ static int decide(lua_State *L)
     return unserved(L, s, rc == DT_NO ? W_NO : rc == DT_LEFT ? W_LEFT : W_ASK, tag, n);
 }
 
-/* push_policy_name pushes the name the table states for policy, or nil
- * when it states none (a policy being rewritten, or a table without
- * names, which names a policy by its index). */
-static void push_policy_name(lua_State *L, int policy)
+/* push_policy pushes the name, burst and rate the table states for
+ * policy: the name nil when it states none (a table without names, which
+ * names a policy by its index), and all three nil while the daemon
+ * rewrites its policies. */
+static void push_policy(lua_State *L, int policy)
 {
     dt_table *t = __atomic_load_n(&g.table, __ATOMIC_ACQUIRE);
     dt_policy_info info;
     char index[16];
 
-    snprintf(index, sizeof(index), "%d", policy);
-    if (t == NULL || dt_policy(t, policy, &info) != 0 || strcmp(info.name, index) == 0) {
+    if (t == NULL || dt_policy(t, policy, &info) != 0) {
+        lua_pushnil(L);
+        lua_pushnil(L);
         lua_pushnil(L);
         return;
     }
-    lua_pushstring(L, info.name);
+    snprintf(index, sizeof(index), "%d", policy);
+    if (strcmp(info.name, index) == 0) {
+        lua_pushnil(L);
+    } else {
+        lua_pushstring(L, info.name);
+    }
+    lua_pushinteger(L, (lua_Integer)info.burst);
+    lua_pushnumber(L, info.rate);
 }
 
 /* take returns what the thread's last decide left, and forgets it:
- *   "NO", tag, policy, limit, retry_after_ns, reset_ns, name
- *                  the table refused; name is the policy's as the table
- *                  states it (nil for the default policy, or none stated)
+ *   "NO", tag, policy, retry_after_ns, reset_ns[, name, burst, rate]
+ *                  the table refused; for a limit policy (reset_ns above
+ *                  0) the policy as the table states it (push_policy)
  *   "ASK", tag     ask the daemon
  *   "LEFT", tag    the daemon left the table: the fail mode, and attach
  *   "BAD"          a bad tag
@@ -217,15 +227,13 @@ static int take(lua_State *L)
         lua_pushliteral(L, "NO");
         lua_pushlstring(L, s->buf, s->n);
         lua_pushinteger(L, s->res.policy);
-        lua_pushinteger(L, (lua_Integer)s->res.limit);
         lua_pushinteger(L, s->res.retry_after_ns);
         lua_pushinteger(L, s->res.reset_ns);
-        if (s->res.policy > 0) {
-            push_policy_name(L, s->res.policy);
-        } else {
-            lua_pushnil(L);
+        if (s->res.reset_ns <= 0) {
+            return 5; /* a deny policy: no bucket */
         }
-        return 7;
+        push_policy(L, s->res.policy);
+        return 8;
     case W_ASK:
     case W_LEFT:
         lua_pushstring(L, what == W_ASK ? "ASK" : "LEFT");
@@ -249,6 +257,43 @@ static int count(lua_State *L)
 
     bump(c[luaL_checkoption(L, 1, NULL, names)]);
     return 0;
+}
+
+/* headers(name, burst, rate, served, tokens, wait_ns, full_ns) returns
+ * the values of RateLimit-Policy, RateLimit and Retry-After for that
+ * verdict, from libdthrottle's dt_headers (the daemon's arithmetic); the
+ * first two nil when name is nil, the last nil when there is none. A
+ * name over 255 bytes is cut there. */
+static int headers(lua_State *L)
+{
+    dt_policy_info info = {.action = 0};
+    dt_header_values h;
+    size_t n = 0;
+    const char *name = luaL_optlstring(L, 1, NULL, &n);
+    lua_Integer burst = luaL_checkinteger(L, 2);
+
+    if (name != NULL) {
+        n = n < sizeof(info.name) - 1 ? n : sizeof(info.name) - 1;
+        memcpy(info.name, name, n);
+        info.name[n] = '\0';
+    }
+    info.burst = burst < 0 ? 0 : burst > UINT32_MAX ? UINT32_MAX : (uint32_t)burst;
+    info.rate = luaL_checknumber(L, 3);
+    dt_headers(name != NULL ? &info : NULL, lua_toboolean(L, 4), luaL_checknumber(L, 5),
+               luaL_checkinteger(L, 6), luaL_checkinteger(L, 7), &h);
+    if (name != NULL) {
+        lua_pushlstring(L, h.policy, h.policy_len);
+        lua_pushlstring(L, h.limit, h.limit_len);
+    } else {
+        lua_pushnil(L);
+        lua_pushnil(L);
+    }
+    if (h.retry_after_len > 0) {
+        lua_pushlstring(L, h.retry_after, h.retry_after_len);
+    } else {
+        lua_pushnil(L);
+    }
+    return 3;
 }
 
 /* ---- Attaching, from a task. ---- */
@@ -484,7 +529,7 @@ DT_EXPORT int luaopen_dthrottle_shared(lua_State *L)
 {
     static const luaL_Reg fns[] = {
         {"claim", claim}, {"attach", attach}, {"release", release},
-        {"shared", shared}, {"stats", stats}, {NULL, NULL},
+        {"shared", shared}, {"stats", stats}, {"headers", headers}, {NULL, NULL},
     };
 
     luaL_newlib(L, fns);

@@ -35,8 +35,10 @@
 -- the converter left (dt.take) and finishes:
 --   NO    the table refused: txn.dthrottle is "NO", and txn.dthrottle_retry,
 --         txn.dthrottle_policy and txn.dthrottle_limit are the values of
---         Retry-After, RateLimit-Policy and RateLimit, computed from the
---         bucket that refused (a deny policy has no bucket: no headers);
+--         Retry-After, RateLimit-Policy and RateLimit for the bucket that
+--         refused, computed by the module (dt.headers: libdthrottle's
+--         dt_headers, the daemon's arithmetic); a deny policy has no
+--         bucket: no headers;
 --   ASK   a tag the table does not hold yet (its first request), one
 --         longer than the daemon keeps verbatim, a reload under way, a
 --         daemon that shares nothing, or a process not attached yet:
@@ -52,8 +54,8 @@
 --   BAD   a tag the line protocol could not carry: refused (or served,
 --         DTHROTTLE_BAD_TAG allow), logged once per thread.
 -- A refusal the table did not decide (asked, fail closed, a bad tag) has
--- no bucket to read: its headers are computed from DTHROTTLE_RATE and
--- DTHROTTLE_BURST (approximate).
+-- no bucket to read: its headers are those of an empty bucket of
+-- DTHROTTLE_RATE and DTHROTTLE_BURST (approximate).
 --
 -- Attaching blocks for one exchange with the daemon on its Unix socket
 -- (dt_open, dt_reattach), a few tens of microseconds. It runs only from a
@@ -106,35 +108,26 @@ local retry_min, retry_max = 0.05, 5 -- s, asking after a failed ask
 dt.configure { socket = path, prefix = prefix, max_tag = max_tag }
 local take, count = dt.take, dt.count
 
-local ceil, max, min, fmt, find = math.ceil, math.max, math.min, string.format, string.find
-
--- sf_string quotes s as a structured-field string (RFC 9651), as the
--- daemon's own headers do.
-local function sf_string(s)
-	s = tostring(s):gsub('[\\"]', "\\%0"):gsub("[^\32-\126]", "?")
-	return '"' .. s .. '"'
-end
+local min, floor, fmt, find = math.min, math.floor, string.format, string.find
 
 -- The [[policy]] names by prefix, longest first as the daemon matches
--- them, quoted once.
+-- them.
 local names = {}
 for pair in env("DTHROTTLE_NAMES", ""):gmatch("%S+") do
 	local name, p = pair:match("^([^=]+)=(.+)$")
 	if not name then
 		error("dthrottle_shared.lua: DTHROTTLE_NAMES: want name=prefix, not " .. pair)
 	end
-	names[#names + 1] = { p, sf_string(name) }
+	names[#names + 1] = { p, name }
 end
 table.sort(names, function(a, b)
 	return #a[1] > #b[1] or (#a[1] == #b[1] and a[1] < b[1])
 end)
-local default_name = sf_string(policy)
 
--- The headers of a refusal the table did not decide.
-local window = ceil(burst / rate)
-local h_policy = fmt("%s;q=%d;w=%d", default_name, burst, window)
-local h_limit = fmt("%s;r=0;t=%d", default_name, window)
-local h_retry = tostring(max(1, ceil(1 / rate)))
+-- The headers of a refusal the table did not decide: an empty bucket,
+-- a token in 1 / rate seconds, full in burst / rate.
+local h_policy, h_limit, h_retry = dt.headers(policy, floor(burst), rate, false, 0,
+	floor(min(1e9 / rate, 2 ^ 62)), floor(min(burst / rate * 1e9, 2 ^ 62)))
 
 -- The thread's idle connections for asking (a stack: the last put back
 -- on top) and when each began its last exchange, and its backoff.
@@ -147,49 +140,44 @@ local function clock()
 	return t.sec + t.usec / 1e6
 end
 
-local function refuse(txn, retry, pol, limit)
+-- refuse refuses, with the values of RateLimit-Policy, RateLimit and
+-- Retry-After given (none for a deny policy).
+local function refuse(txn, pol, limit, retry)
 	txn:set_var("txn.dthrottle", "NO")
 	if retry then
 		txn:set_var("txn.dthrottle_retry", retry)
+	end
+	if pol then
 		txn:set_var("txn.dthrottle_policy", pol)
 		txn:set_var("txn.dthrottle_limit", limit)
 	end
 end
 
 local function refuse_guess(txn)
-	return refuse(txn, h_retry, h_policy, h_limit)
+	return refuse(txn, h_policy, h_limit, h_retry)
 end
 
--- policy_name is the quoted name of tag's policy (a [[policy]]): the
--- name DTHROTTLE_NAMES gives its prefix, else the one the table states,
--- else the default policy's.
+-- policy_name is the name of tag's policy (a [[policy]]): the name
+-- DTHROTTLE_NAMES gives its prefix, else the one the table states, else
+-- the default policy's.
 local function policy_name(tag, stated)
 	for _, p in ipairs(names) do
 		if find(tag, p[1], 1, true) == 1 then
 			return p[2]
 		end
 	end
-	return stated and sf_string(stated) or default_name
+	return stated or policy
 end
 
--- refuse_table refuses with the headers of the bucket that refused, as
--- contrib/nginx/dthrottle_shared.lua computes them: Retry-After is the
--- time until a token; the window, the time the bucket takes to fill:
--- burst tokens of per_token each, where per_token = allow_at / (burst - 1)
--- and allow_at = reset - retry (a burst of 1 says only that per_token is
--- at least reset).
-local function refuse_table(txn, tag, pol, limit, retry, reset, stated)
+-- refuse_table refuses with the headers of the bucket that refused, its
+-- policy as the table states it (burst and rate nil while the daemon
+-- rewrites its policies: Retry-After alone).
+local function refuse_table(txn, tag, pol, retry, reset, stated, burst, rate)
 	if reset <= 0 then
 		return refuse(txn) -- a deny policy
 	end
-	local name = default_name
-	if pol > 0 then
-		name = policy_name(tag, stated)
-	end
-	local w = limit > 1 and (reset - retry) / (limit - 1) * limit or reset
-	return refuse(txn, tostring(max(1, ceil(retry / 1e9))),
-		fmt("%s;q=%d;w=%d", name, limit, max(1, ceil(w / 1e9))),
-		fmt("%s;r=0;t=%d", name, ceil(reset / 1e9)))
+	local name = rate and (pol > 0 and policy_name(tag, stated) or policy)
+	return refuse(txn, dt.headers(name, burst or 0, rate or 0, false, 0, retry, reset))
 end
 
 -- fail answers by the fail mode.
@@ -376,9 +364,9 @@ end
 core.register_converters("dthrottle_decide", dt.decide)
 
 core.register_action("dthrottle_resolve", { "http-req" }, function(txn)
-	local what, tag, pol, limit, retry, reset, stated = take()
+	local what, tag, pol, retry, reset, stated, burst, rate = take()
 	if what == "NO" then
-		return refuse_table(txn, tag, pol, limit, retry, reset, stated)
+		return refuse_table(txn, tag, pol, retry, reset, stated, burst, rate)
 	elseif what == "ASK" then
 		return asked(txn, tag)
 	elseif what == "LEFT" then

@@ -6,7 +6,8 @@
 -- and one compare-and-swap in the worker's own address space: no system
 -- call, no lock, nothing sent.
 --
--- In the http block (see dthrottle-shared.conf):
+-- In the http block (see dthrottle-shared.conf; docs/integrations/openresty.md
+-- says all), with dthrottle_shared_socket.lua beside this file:
 --   lua_package_path "/etc/nginx/dthrottle/?.lua;;";
 --   init_by_lua_block {
 --       require("dthrottle_shared").configure{
@@ -20,47 +21,28 @@
 --       require("dthrottle_shared").access_var("remote_addr")
 --   }
 -- access_var(name) decides for the nginx variable $name read in place;
--- access(tag) for any string (access(ngx.var.remote_addr) is the same
--- decision as above, at more cost per request: ngx.var makes a Lua string
--- through an interpreted call).
+-- access(tag) for any string, at more cost (a Lua string made of it).
 --
 -- Each worker attaches once (dt_open, in init_worker) and keeps its
 -- attachment; each request's tag goes to dt_decide:
 --   DT_OK   the request goes on;
---   DT_NO   429 (status) with Retry-After, RateLimit-Policy and RateLimit
---           computed from the bucket the table refused from: its burst, the
---           time until a token and until full;
---   DT_ASK  a tag the table does not hold yet (its first request), one
---           longer than the daemon keeps verbatim, a reload under way, or a
---           daemon that shares nothing: asked over the line protocol with a
---           nonblocking cosocket from a per-worker keep-alive pool; the
---           daemon inserts a new tag, so its next request is decided here.
---           An ask not answered within timeout, or a daemon that cannot be
---           reached, is answered by the fail mode, and the worker asks
---           nothing for a while (retry_min doubling up to retry_max);
---   DT_LEFT the daemon stopped, or has not beaten for a second: the fail
---           mode answers (open by default; fail = "closed" refuses), and a
---           timer attaches again once the daemon answers on its socket.
--- A refusal the table did not decide itself (asked, fail closed, a bad
--- tag) has no bucket to read: its headers are computed from rate and
--- burst (approximate).
+--   DT_NO   429 (status), Retry-After, RateLimit-Policy and RateLimit for
+--           the bucket that refused, from libdthrottle's dt_headers;
+--   DT_ASK  a tag the table does not hold yet, or a daemon that shares
+--           nothing: asked over the line protocol (dthrottle_shared_socket);
+--           unanswered within timeout, the fail mode answers, and the
+--           worker asks nothing for a while (retry_min doubling to retry_max);
+--   DT_LEFT the daemon stopped or stalled: the fail mode answers, and a
+--           timer attaches again once the daemon answers a probe.
+-- A refusal the table did not decide (asked, fail closed, a bad tag) gets
+-- the headers of an empty bucket of rate and burst (approximate). A tag
+-- with CR or LF, or over max_tag bytes, is refused (bad_tag = "allow"
+-- serves it) and logged once per worker; an empty tag is served.
 --
--- Attaching blocks: dt_open and dt_reattach connect to the local Unix
--- socket and exchange one line with the daemon, a few tens of
--- microseconds. dt_open runs once per worker, before it serves; a
--- reattach runs from a timer, and only after the daemon answered an empty
--- line over a nonblocking cosocket within timeout, so a daemon that is
--- down or hung costs the event loop nothing. Failed attempts back off from
--- retry_min doubling to retry_max; the outage and the recovery are logged
--- once each per worker.
---
--- Bad tags: an empty tag is served, as the daemon serves it. A tag holding
--- CR or LF, or over max_tag bytes (prefix included), could not be asked
--- over the line protocol: it is refused (bad_tag = "allow" serves it),
--- whatever the table holds, and logged once per worker.
---
--- Trust: whoever may connect to the daemon's socket may decide. nginx's
--- workers map the state file writable, as every attached process does.
+-- Attaching blocks for one exchange on the local socket (tens of
+-- microseconds): once per worker before it serves, then only from a timer
+-- after a probe answered within timeout. Whoever may connect to the
+-- daemon's socket may decide; the workers map the state file writable.
 local ffi = require "ffi"
 
 local _M = {}
@@ -69,14 +51,20 @@ if not pcall(ffi.typeof, "dt_result") then
     ffi.cdef [[
 typedef struct dt_table dt_table;
 typedef struct {
-    int policy;
-    uint32_t limit;
-    int64_t remaining;
-    int64_t retry_after_ns;
-    int64_t reset_ns;
+    int policy; uint32_t limit; int64_t remaining, retry_after_ns, reset_ns;
 } dt_result;
 int dt_open(const char *socket_path, dt_table **out);
+typedef struct {
+    char name[256]; int action, dry_run; uint32_t burst; double rate;
+} dt_policy_info;
+typedef struct {
+    char policy[576], limit[576], retry_after[24];
+    size_t policy_len, limit_len, retry_after_len;
+} dt_header_values;
 int dt_decide(dt_table *t, const char *tag, size_t n, int64_t now, dt_result *res);
+int dt_policy(dt_table *t, int policy, dt_policy_info *out);
+void dt_headers(const dt_policy_info *p, int served, double tokens,
+                int64_t wait_ns, int64_t full_ns, dt_header_values *h);
 int dt_reattach(dt_table *t);
 int dt_shared(const dt_table *t);
 void dt_close(dt_table *t);
@@ -84,8 +72,6 @@ int64_t dt_now(void);
 ]]
 end
 -- libc's, which another module may have declared already.
-pcall(ffi.cdef, "char *strerror(int errnum);")
-pcall(ffi.cdef, "int access(const char *path, int mode);")
 pcall(ffi.cdef, "void *memchr(const void *s, int c, size_t n);")
 
 local cfg = {
@@ -109,11 +95,16 @@ local cfg = {
     stats_dict = nil,   -- a lua_shared_dict the workers add their counts to
 }
 
-local ceil, max, min, find, fmt = math.ceil, math.max, math.min, string.find, string.format
+local min, find = math.min, string.find
 local log, ERR, WARN, NOTICE = ngx.log, ngx.ERR, ngx.WARN, ngx.NOTICE
-local ngx_now, tcp, is_internal = ngx.now, ngx.socket.tcp, ngx.req.is_internal
+local ngx_now, is_internal = ngx.now, ngx.req.is_internal
 local C, ffi_string, ffi_copy = ffi.C, ffi.string, ffi.copy
 local lib            -- the library, once configured
+local sock = require("dthrottle_shared_socket")
+local errstr = sock.errstr
+local probe, ask     -- sock's, once configured
+local refusal = require("dthrottle_shared_refuse")
+local refuse_table, refuse_guess -- refusal's, once configured
 
 -- The nginx variable read in place, as lua-resty-core's ngx.var does, but
 -- without making a Lua string of its value, nor calling through the
@@ -124,13 +115,6 @@ local var_len = ffi.new("size_t[1]")
 local var_err = ffi.new("char *[1]")
 local var_low = ffi.new("char[64]") -- the name, lower-cased
 local tag_buf                       -- prefix .. value, max_tag bytes
-
--- sf_string quotes s as a structured-field string (RFC 9651), as the
--- daemon's own headers do.
-local function sf_string(s)
-    s = tostring(s):gsub('[\\"]', "\\%0"):gsub("[^\32-\126]", "?")
-    return '"' .. s .. '"'
-end
 
 -- configure sets options (see cfg above), loads the library and
 -- precomputes what it can. It runs in init_by_lua (the master process).
@@ -162,22 +146,17 @@ function _M.configure(opts)
         error("dthrottle_shared: socket must be an absolute path: " .. cfg.socket)
     end
     cfg.path, cfg.url = path, "unix:" .. path
+    probe, ask = sock.new(cfg)
     -- The [[policy]] names by prefix, longest first as the daemon
-    -- matches them, quoted once.
+    -- matches them.
     local names = {}
     for prefix, n in pairs(cfg.names) do
-        names[#names + 1] = { prefix, sf_string(n) }
+        names[#names + 1] = { prefix, n }
     end
     table.sort(names, function(a, b)
         return #a[1] > #b[1] or (#a[1] == #b[1] and a[1] < b[1])
     end)
-    cfg.qnames = names
-    local name = sf_string(cfg.policy)
-    cfg.qdefault = name
-    local window = ceil(cfg.burst / cfg.rate)
-    cfg.h_policy = fmt("%s;q=%d;w=%d", name, cfg.burst, window)
-    cfg.h_limit = fmt("%s;r=0;t=%d", name, window)
-    cfg.h_retry = tostring(max(1, ceil(1 / cfg.rate)))
+    cfg.pnames = names
     cfg.open = cfg.fail == "open"
     cfg.allow_bad = cfg.bad_tag == "allow"
     if opts ~= nil then
@@ -187,6 +166,7 @@ function _M.configure(opts)
         end
         lib = l
         tag_buf = ffi.new("char[?]", cfg.max_tag + 1)
+        refuse_table, refuse_guess = refusal.new(cfg, lib)
         -- lua-resty-core's request and variable entries, when there:
         -- access_var reads variables through ngx.var otherwise.
         ok = pcall(function()
@@ -215,10 +195,6 @@ local bad_logged = false
 -- Counters, per worker (_M.stats; stats_dict adds them up).
 local n_ok, n_no, n_asked, n_asked_no, n_failed, n_bad, n_attaches = 0, 0, 0, 0, 0, 0, 0
 
-local function errstr()
-    local e = ffi.errno()
-    return ffi.string(ffi.C.strerror(e)) .. " (errno " .. e .. ")"
-end
 
 -- attach makes or renews the worker's attachment, blocking for one
 -- exchange on the local socket. It returns true, or false and an error.
@@ -258,33 +234,6 @@ local function attached(ok, err)
     next_try = ngx_now() + backoff / 1000
 end
 
--- probe asks the daemon an empty line over a cosocket: true when it
--- answers within timeout, so that attaching will not block for long.
-local function probe()
-    -- A daemon that stopped cleanly removed its socket: say so without a
-    -- connect, which nginx would log at "crit".
-    if ffi.C.access(cfg.path, 0) ~= 0 then
-        return false, "no socket: " .. errstr()
-    end
-    local sock = tcp()
-    local t = cfg.timeout
-    sock:settimeouts(t, t, t)
-    local ok, err = sock:connect(cfg.url)
-    if not ok then
-        return false, err
-    end
-    ok, err = sock:send("\n")
-    local line
-    if ok then
-        line, err = sock:receive("*l")
-    end
-    sock:close()
-    if line ~= "OK" then
-        return false, "probe: " .. tostring(line or err)
-    end
-    return true
-end
-
 local function reattach(premature)
     if not premature then
         local pok, ok, err = pcall(probe)
@@ -313,101 +262,6 @@ local function kick()
         return
     end
     attaching = true
-end
-
--- exchange asks tag on sock: true (OK), false (NO), or nil and an error.
-local function exchange(sock, line)
-    local ok, err = sock:send(line)
-    if not ok then
-        return nil, err
-    end
-    local answer
-    answer, err = sock:receive("*l")
-    if answer == "OK" then
-        return true
-    elseif answer == "NO" then
-        return false
-    end
-    return nil, answer and "answer " .. fmt("%q", answer) or err
-end
-
--- ask asks the daemon over a pooled cosocket: true (OK), false (NO), or
--- nil and an error.
-local function ask(tag)
-    local line = tag .. "\n"
-    local t = cfg.timeout
-    for _ = 1, 2 do
-        local sock = tcp()
-        sock:settimeouts(t, t, t)
-        local ok, err = sock:connect(cfg.url)
-        if not ok then
-            return nil, err
-        end
-        local kept = sock:getreusedtimes() > 0
-        ok, err = exchange(sock, line)
-        if ok ~= nil then
-            sock:setkeepalive(cfg.idle, cfg.pool_size)
-            return ok
-        end
-        sock:close()
-        -- A kept connection the daemon closed while it was idle (a
-        -- restart): nothing was answered, so ask once on a new one.
-        if not (kept and (err == "closed" or err == "broken pipe" or err == "connection reset by peer")) then
-            return nil, err
-        end
-    end
-    return nil, "closed"
-end
-
--- refuse ends the request with the refusal, its headers those given.
-local function refuse(retry, policy, limit)
-    local h = ngx.header
-    h["Retry-After"] = retry
-    h["RateLimit-Policy"] = policy
-    h["RateLimit"] = limit
-    h["Content-Type"] = "text/plain"
-    ngx.status = cfg.status
-    ngx.print("Too Many Requests\n")
-    return ngx.exit(cfg.status)
-end
-
--- policy_name is the quoted name of tag's policy, found by its prefix.
-local function policy_name(tag)
-    for _, p in ipairs(cfg.qnames) do
-        if find(tag, p[1], 1, true) == 1 then
-            return p[2]
-        end
-    end
-    return cfg.qdefault
-end
-
--- refuse_table refuses the tag of n bytes at p (tag, when a string) with
--- the headers of the bucket that refused: r, the dt_result of a limit
--- policy (a deny policy has no bucket, and gets no RateLimit headers, as
--- from the daemon's HTTP endpoint).
-local function refuse_table(p, n, tag, r)
-    local reset = tonumber(r.reset_ns)
-    if reset <= 0 then
-        return refuse(nil, nil, nil)
-    end
-    local retry, limit = tonumber(r.retry_after_ns), r.limit
-    local name = cfg.qdefault
-    if r.policy > 0 and cfg.qnames[1] then
-        name = policy_name(tag or ffi_string(p, n))
-    end
-    -- The window is the time the bucket takes to fill: burst tokens of
-    -- per_token each, and per_token is allow_at / (burst - 1), where
-    -- allow_at = reset - retry. A burst of 1 says nothing of per_token
-    -- but that it is at least reset.
-    local window = limit > 1 and (reset - retry) / (limit - 1) * limit or reset
-    return refuse(tostring(max(1, ceil(retry / 1e9))),
-        fmt("%s;q=%d;w=%d", name, limit, max(1, ceil(window / 1e9))),
-        fmt("%s;r=0;t=%d", name, ceil(reset / 1e9)))
-end
-
--- refuse_guess refuses with the headers computed from rate and burst.
-local function refuse_guess()
-    return refuse(cfg.h_retry, cfg.h_policy, cfg.h_limit)
 end
 
 -- fail answers by the fail mode.
@@ -481,7 +335,7 @@ local function decide(p, n, tag)
         return
     elseif rc == 0 then -- DT_NO
         n_no = n_no + 1
-        return refuse_table(p, n, tag, res)
+        return refuse_table(tbl, p, n, tag, res)
     elseif rc == 3 then -- DT_LEFT
         kick()
         return fail()

@@ -5,7 +5,8 @@
  * Asking: what the table does not decide is asked in the line protocol
  * ("tag\n", answered "OK\n" or "NO\n") with nginx's events: the phase
  * handler returns NGX_AGAIN, the worker serves other requests, and the
- * answer, a failure or dthrottle_timeout resumes the request's phases.
+ * answer, a failure or dthrottle_timeout calls the phase handler's resume
+ * (ngx_http_dthrottle_decide.c), which runs the request's phases again.
  * The asks of a worker are pipelined on one connection it keeps
  * (ngx_http_dthrottle_conn.c): a failure, a timeout among them, fails
  * every ask waiting on it, and the connection is never used again, so a
@@ -13,7 +14,12 @@
  * daemon inserts them), then decided in process; only a daemon that
  * shares no table is asked every query. A request whose client goes away
  * mid-ask (ngx_http_test_reading finalizes it) gives up its place in the
- * cleanup of its pool, so nothing is left to fire on a freed request.
+ * cleanup of its pool (ngx_http_dthrottle_unqueue), so nothing is left to
+ * fire on a freed request.
+ *
+ * The module's files call one way: decide.c calls this file and conn.c,
+ * this file calls conn.c, and conn.c reaches the request only through
+ * the resume handler it is given.
  *
  * Attaching: libdthrottle's dt_open and dt_reattach, which block for one
  * exchange with the daemon; see ngx_http_dthrottle_attach().
@@ -33,13 +39,15 @@
 
 /*
  * ngx_http_dthrottle_ask() starts asking the daemon tag (checked: no CR
- * or LF) within timeout. It returns NGX_AGAIN (asking: the request waits),
- * NGX_DECLINED (the ask cannot be made; *err says why) or NGX_ERROR.
+ * or LF) within timeout. It returns NGX_AGAIN (asking: the request waits
+ * until resume is called with the answer), NGX_DECLINED (the ask cannot
+ * be made; *err says why) or NGX_ERROR.
  */
 
 ngx_int_t
 ngx_http_dthrottle_ask(ngx_http_request_t *r, ngx_http_dthrottle_ctx_t *ctx,
-    ngx_str_t *tag, ngx_msec_t timeout, const char **err)
+    ngx_str_t *tag, ngx_msec_t timeout, ngx_http_dthrottle_resume_pt resume,
+    const char **err)
 {
     ngx_int_t                        rc;
     ngx_http_dthrottle_main_conf_t  *dmcf;
@@ -51,7 +59,7 @@ ngx_http_dthrottle_ask(ngx_http_request_t *r, ngx_http_dthrottle_ctx_t *ctx,
         return NGX_ERROR;
     }
 
-    rc = ngx_http_dthrottle_queue(dmcf, ctx, tag, timeout, err);
+    rc = ngx_http_dthrottle_queue(dmcf, ctx, tag, timeout, resume, err);
     if (rc != NGX_OK) {
         return rc;
     }
@@ -61,51 +69,6 @@ ngx_http_dthrottle_ask(ngx_http_request_t *r, ngx_http_dthrottle_ctx_t *ctx,
     ctx->state = NGX_HTTP_DTHROTTLE_ASKING;
 
     return NGX_AGAIN;
-}
-
-
-/*
- * ngx_http_dthrottle_resume() ends a request's ask and resumes its
- * phases: the phase handler, run again, returns what the answer decided.
- */
-
-void
-ngx_http_dthrottle_resume(ngx_http_dthrottle_ctx_t *ctx, ngx_uint_t answer,
-    const char *err)
-{
-    ngx_connection_t    *c;
-    ngx_http_request_t  *r;
-
-    r = ctx->request;
-    c = r->connection;
-
-    ngx_http_dthrottle_probe_done(ctx);
-    ngx_http_set_log_request(c->log, r);
-
-    ctx->rc = ngx_http_dthrottle_answered(r, ctx, answer, err);
-    ctx->state = NGX_HTTP_DTHROTTLE_ANSWERED;
-
-    r->read_event_handler = ngx_http_block_reading;
-    r->write_event_handler = ngx_http_core_run_phases;
-
-    ngx_http_core_run_phases(r);
-    ngx_http_run_posted_requests(c);
-}
-
-
-/*
- * The cleanup of a decided request's pool: a request that did not wait
- * out its ask (the client went away) gives up its place in the queue.
- * Its handler also marks the request decided (ngx_http_dthrottle_get_ctx).
- */
-
-void
-ngx_http_dthrottle_cleanup(void *data)
-{
-    ngx_http_dthrottle_ctx_t  *ctx = data;
-
-    ngx_http_dthrottle_unqueue(ctx);
-    ngx_http_dthrottle_probe_done(ctx);
 }
 
 

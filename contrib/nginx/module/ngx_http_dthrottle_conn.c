@@ -3,7 +3,7 @@
  * ngx_http_dthrottle_conn.c: the worker's one connection to dthrottled,
  * made without blocking (ngx_event_connect_peer) by its first ask and kept
  * between asks, and the asks pipelined on it (ngx_http_dthrottle_ask.c
- * queues them and resumes their requests):
+ * queues them; each answer goes to the resume handler given with them):
  *
  *  - An ask puts its line in the out buffer and takes the next place in a
  *    ring of NGX_HTTP_DTHROTTLE_QUEUE, with a timer of its own (its
@@ -24,7 +24,8 @@
  *    ask is refused and the fail mode answers it at once.
  *  - A request gone mid-ask gives up its place (ngx_http_dthrottle_unqueue,
  *    from its pool's cleanup): the place stays, its timer running, its
- *    reply read and dropped, and nothing points to the request.
+ *    reply read and dropped, and nothing points to the request. The
+ *    places are ngx_http_dthrottle_ring.c's.
  *  - The worker exiting closes the connection and drops what waits.
  */
 
@@ -37,17 +38,8 @@
 #include "ngx_http_dthrottle_module.h"
 
 
-#define NGX_HTTP_DTHROTTLE_QUEUE  1024      /* asks waiting on a connection */
 #define NGX_HTTP_DTHROTTLE_OUT    65536     /* bytes of asks not yet sent */
 #define NGX_HTTP_DTHROTTLE_READ   768       /* bytes read at once: replies */
-
-
-/* A place in the queue: an ask waiting for its reply. */
-struct ngx_http_dthrottle_slot_s {
-    ngx_http_dthrottle_ctx_t   *ctx;      /* NULL: its request went away */
-    uint64_t                    end;      /* ask's last byte: out's total */
-    ngx_event_t                 timer;    /* its dthrottle_timeout */
-};
 
 
 /* The worker's connection to the daemon, and what waits on it. */
@@ -55,9 +47,9 @@ typedef struct {
     ngx_peer_connection_t       peer;     /* connection NULL: none */
     ngx_http_dthrottle_main_conf_t
                                *dmcf;
-    ngx_http_dthrottle_slot_t  *slots;    /* a ring of QUEUE places */
-    ngx_uint_t                  head;     /* the oldest waiting */
-    ngx_uint_t                  waiting;  /* places taken */
+    ngx_http_dthrottle_resume_pt
+                                resume;   /* where answers go */
+    ngx_http_dthrottle_ring_t   ring;     /* the asks waiting */
     u_char                     *out;      /* OUT bytes: pos to last unsent */
     size_t                      pos;
     size_t                      last;
@@ -82,8 +74,6 @@ static void ngx_http_dthrottle_lost(ngx_http_dthrottle_conn_t *k,
 static void ngx_http_dthrottle_fail_all(ngx_http_dthrottle_conn_t *k,
     const char *err);
 static void ngx_http_dthrottle_close(ngx_http_dthrottle_conn_t *k);
-static ngx_http_dthrottle_ctx_t *ngx_http_dthrottle_pop(
-    ngx_http_dthrottle_conn_t *k);
 
 
 static ngx_http_dthrottle_conn_t  ngx_http_dthrottle_conn;
@@ -92,42 +82,35 @@ static ngx_http_dthrottle_conn_t  ngx_http_dthrottle_conn;
 /*
  * ngx_http_dthrottle_queue() queues the ask of tag (checked: no CR or LF)
  * for ctx's request, within timeout, connecting first if need be. It
- * returns NGX_OK (queued: ngx_http_dthrottle_resume() will end it),
+ * returns NGX_OK (queued: resume will be called with its answer),
  * NGX_DECLINED (not queued; *err says why) or NGX_ERROR.
  */
 
 ngx_int_t
 ngx_http_dthrottle_queue(ngx_http_dthrottle_main_conf_t *dmcf,
     ngx_http_dthrottle_ctx_t *ctx, ngx_str_t *tag, ngx_msec_t timeout,
-    const char **err)
+    ngx_http_dthrottle_resume_pt resume, const char **err)
 {
-    ngx_uint_t                  i;
     ngx_event_t                *ev;
     ngx_http_dthrottle_conn_t  *k;
-    ngx_http_dthrottle_slot_t  *slot;
 
     k = &ngx_http_dthrottle_conn;
 
-    if (k->slots == NULL) {
+    if (k->out == NULL) {
         k->dmcf = dmcf;
         k->out = ngx_alloc(NGX_HTTP_DTHROTTLE_OUT, ngx_cycle->log);
-        k->slots = ngx_calloc(NGX_HTTP_DTHROTTLE_QUEUE
-                              * sizeof(ngx_http_dthrottle_slot_t),
-                              ngx_cycle->log);
-        if (k->out == NULL || k->slots == NULL) {
+
+        if (k->out == NULL
+            || ngx_http_dthrottle_ring_init(&k->ring,
+                                   ngx_http_dthrottle_timeout_handler)
+               != NGX_OK)
+        {
             ngx_http_dthrottle_queue_exit();
             return NGX_ERROR;
         }
-
-        for (i = 0; i < NGX_HTTP_DTHROTTLE_QUEUE; i++) {
-            ev = &k->slots[i].timer;
-            ev->data = &k->slots[i];
-            ev->handler = ngx_http_dthrottle_timeout_handler;
-            ev->log = ngx_cycle->log;
-        }
     }
 
-    if (k->waiting == NGX_HTTP_DTHROTTLE_QUEUE) {
+    if (k->ring.waiting == NGX_HTTP_DTHROTTLE_QUEUE) {
         *err = "too many asks waiting";
         return NGX_DECLINED;
     }
@@ -149,19 +132,14 @@ ngx_http_dthrottle_queue(ngx_http_dthrottle_main_conf_t *dmcf,
         return NGX_DECLINED;
     }
 
+    k->resume = resume;
+
     ngx_memcpy(k->out + k->last, tag->data, tag->len);
     k->last += tag->len;
     k->out[k->last++] = '\n';
     k->queued += tag->len + 1;
 
-    slot = &k->slots[(k->head + k->waiting) % NGX_HTTP_DTHROTTLE_QUEUE];
-    k->waiting++;
-    slot->ctx = ctx;
-    slot->end = k->queued;
-    ngx_add_timer(&slot->timer, timeout);
-
-    ctx->slot = slot;
-    ngx_http_dthrottle_worker.asking++;
+    ngx_http_dthrottle_ring_push(&k->ring, ctx, k->queued, timeout);
 
     /* sent once this turn of the event loop is over, with the others;
      * a full socket, or one connecting, says when by its write event */
@@ -172,24 +150,6 @@ ngx_http_dthrottle_queue(ngx_http_dthrottle_main_conf_t *dmcf,
     }
 
     return NGX_OK;
-}
-
-
-/*
- * ngx_http_dthrottle_unqueue() gives up the place of ctx's request, gone
- * before its answer: the reply is read and dropped.
- */
-
-void
-ngx_http_dthrottle_unqueue(ngx_http_dthrottle_ctx_t *ctx)
-{
-    if (ctx->slot != NULL) {
-        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                       "dthrottle: the request left while asking");
-        ctx->slot->ctx = NULL;
-        ctx->slot = NULL;
-        ngx_http_dthrottle_worker.asking--;
-    }
 }
 
 
@@ -367,7 +327,9 @@ ngx_http_dthrottle_read_handler(ngx_event_t *rev)
         for (p = buf; p < last; p++) {
 
             /* a reply, or part of one, before its ask was all sent */
-            if (k->waiting == 0 || k->slots[k->head].end > k->sent) {
+            if (k->ring.waiting == 0
+                || k->ring.slots[k->ring.head].end > k->sent)
+            {
                 ngx_http_dthrottle_fail_all(k, "an answer to nothing asked");
                 return;
             }
@@ -392,10 +354,10 @@ ngx_http_dthrottle_read_handler(ngx_event_t *rev)
             }
 
             k->kept = 1;
-            ctx = ngx_http_dthrottle_pop(k);
+            ctx = ngx_http_dthrottle_ring_pop(&k->ring, &k->acked);
 
             if (ctx != NULL) {
-                ngx_http_dthrottle_resume(ctx, answer, NULL);
+                k->resume(ctx, answer, NULL);
             }
 
             /* nothing a request does when resumed closes the connection;
@@ -426,7 +388,7 @@ ngx_http_dthrottle_timeout_handler(ngx_event_t *ev)
 static void
 ngx_http_dthrottle_lost(ngx_http_dthrottle_conn_t *k, const char *err)
 {
-    if (k->waiting == 0) {
+    if (k->ring.waiting == 0) {
         ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
                        "dthrottle: connection closed while idle: %s", err);
         ngx_http_dthrottle_close(k);
@@ -467,7 +429,7 @@ ngx_http_dthrottle_fail_all(ngx_http_dthrottle_conn_t *k, const char *err)
     ngx_uint_t                 n;
     ngx_http_dthrottle_ctx_t  *ctx;
 
-    n = k->waiting;
+    n = k->ring.waiting;
 
     ngx_http_dthrottle_close(k);
     k->pos = 0;
@@ -475,11 +437,10 @@ ngx_http_dthrottle_fail_all(ngx_http_dthrottle_conn_t *k, const char *err)
     k->sent = k->queued;
 
     while (n--) {
-        ctx = ngx_http_dthrottle_pop(k);
+        ctx = ngx_http_dthrottle_ring_pop(&k->ring, &k->acked);
 
         if (ctx != NULL) {
-            ngx_http_dthrottle_resume(ctx, NGX_HTTP_DTHROTTLE_ANSWER_FAILED,
-                                      err);
+            k->resume(ctx, NGX_HTTP_DTHROTTLE_ANSWER_FAILED, err);
         }
     }
 }
@@ -500,38 +461,6 @@ ngx_http_dthrottle_close(ngx_http_dthrottle_conn_t *k)
 
 
 /*
- * ngx_http_dthrottle_pop() gives up the oldest place and returns the
- * context of the request that waits in it, NULL if it went away.
- */
-
-static ngx_http_dthrottle_ctx_t *
-ngx_http_dthrottle_pop(ngx_http_dthrottle_conn_t *k)
-{
-    ngx_http_dthrottle_ctx_t   *ctx;
-    ngx_http_dthrottle_slot_t  *slot;
-
-    slot = &k->slots[k->head];
-    k->head = (k->head + 1) % NGX_HTTP_DTHROTTLE_QUEUE;
-    k->waiting--;
-    k->acked = slot->end;
-
-    if (slot->timer.timer_set) {
-        ngx_del_timer(&slot->timer);
-    }
-
-    ctx = slot->ctx;
-    slot->ctx = NULL;
-
-    if (ctx != NULL) {
-        ctx->slot = NULL;
-        ngx_http_dthrottle_worker.asking--;
-    }
-
-    return ctx;
-}
-
-
-/*
  * ngx_http_dthrottle_queue_exit(), the worker exiting: closes the
  * connection and drops the asks waiting on it, resuming none.
  */
@@ -545,13 +474,11 @@ ngx_http_dthrottle_queue_exit(void)
 
     ngx_http_dthrottle_close(k);
 
-    while (k->slots != NULL && k->waiting > 0) {
-        (void) ngx_http_dthrottle_pop(k);
+    while (k->ring.waiting > 0) {
+        (void) ngx_http_dthrottle_ring_pop(&k->ring, &k->acked);
     }
 
-    if (k->slots != NULL) {
-        ngx_free(k->slots);
-    }
+    ngx_http_dthrottle_ring_free(&k->ring);
 
     if (k->out != NULL) {
         ngx_free(k->out);

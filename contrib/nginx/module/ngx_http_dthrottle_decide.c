@@ -2,8 +2,9 @@
 /*
  * ngx_http_dthrottle_decide.c: the phase handler of
  * ngx_http_dthrottle_module (see ngx_http_dthrottle_module.c): a request's
- * tag decided from the table the worker maps, or asked; the fail mode and
- * its backoff; the refusal and its headers.
+ * tag decided from the table the worker maps, or asked
+ * (ngx_http_dthrottle_ask.c) and resumed with the answer; the fail mode
+ * and its backoff. Refusals go to ngx_http_dthrottle_refuse.c.
  */
 
 
@@ -18,7 +19,6 @@
 #define NGX_HTTP_DTHROTTLE_MAX_TAG    1024   /* bytes a tag may have */
 #define NGX_HTTP_DTHROTTLE_RETRY_MIN  50     /* ms without asking after a */
 #define NGX_HTTP_DTHROTTLE_RETRY_MAX  5000   /* failure, doubling to this */
-#define NGX_HTTP_DTHROTTLE_NS         1000000000LL
 
 
 static void ngx_http_dthrottle_left(ngx_http_request_t *r,
@@ -26,20 +26,14 @@ static void ngx_http_dthrottle_left(ngx_http_request_t *r,
 static ngx_int_t ngx_http_dthrottle_start_ask(ngx_http_request_t *r,
     ngx_http_dthrottle_loc_conf_t *dlcf, ngx_http_dthrottle_ctx_t *ctx,
     ngx_str_t *tag);
+static void ngx_http_dthrottle_resume(ngx_http_dthrottle_ctx_t *ctx,
+    ngx_uint_t answer, const char *err);
+static void ngx_http_dthrottle_cleanup(void *data);
+static ngx_int_t ngx_http_dthrottle_answered(ngx_http_request_t *r,
+    ngx_http_dthrottle_ctx_t *ctx, ngx_uint_t answer, const char *err);
+static void ngx_http_dthrottle_probe_done(ngx_http_dthrottle_ctx_t *ctx);
 static ngx_int_t ngx_http_dthrottle_fail(ngx_http_request_t *r,
     ngx_http_dthrottle_loc_conf_t *dlcf, ngx_http_dthrottle_ctx_t *ctx);
-static ngx_int_t ngx_http_dthrottle_refuse(ngx_http_request_t *r,
-    ngx_http_dthrottle_loc_conf_t *dlcf, dt_result *res);
-static ngx_int_t ngx_http_dthrottle_header(ngx_http_request_t *r,
-    ngx_str_t *key, u_char *value, size_t len);
-
-
-ngx_http_dthrottle_worker_t  ngx_http_dthrottle_worker;
-
-
-static ngx_str_t  ngx_http_dthrottle_retry_after = ngx_string("Retry-After");
-static ngx_str_t  ngx_http_dthrottle_policy = ngx_string("RateLimit-Policy");
-static ngx_str_t  ngx_http_dthrottle_limit = ngx_string("RateLimit");
 
 
 ngx_int_t
@@ -261,7 +255,8 @@ ngx_http_dthrottle_start_ask(ngx_http_request_t *r,
     }
 
     err = "";
-    rc = ngx_http_dthrottle_ask(r, ctx, tag, dlcf->timeout, &err);
+    rc = ngx_http_dthrottle_ask(r, ctx, tag, dlcf->timeout,
+                                ngx_http_dthrottle_resume, &err);
 
     if (rc == NGX_AGAIN) {
         return NGX_AGAIN;
@@ -279,11 +274,57 @@ ngx_http_dthrottle_start_ask(ngx_http_request_t *r,
 
 
 /*
+ * ngx_http_dthrottle_resume(), the resume handler of an ask, ends it and
+ * resumes the request's phases: the phase handler, run again, returns
+ * what the answer decided.
+ */
+
+static void
+ngx_http_dthrottle_resume(ngx_http_dthrottle_ctx_t *ctx, ngx_uint_t answer,
+    const char *err)
+{
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+    c = r->connection;
+
+    ngx_http_dthrottle_probe_done(ctx);
+    ngx_http_set_log_request(c->log, r);
+
+    ctx->rc = ngx_http_dthrottle_answered(r, ctx, answer, err);
+    ctx->state = NGX_HTTP_DTHROTTLE_ANSWERED;
+
+    r->read_event_handler = ngx_http_block_reading;
+    r->write_event_handler = ngx_http_core_run_phases;
+
+    ngx_http_core_run_phases(r);
+    ngx_http_run_posted_requests(c);
+}
+
+
+/*
+ * The cleanup of a decided request's pool: a request that did not wait
+ * out its ask (the client went away) gives up its place in the queue.
+ * Its handler also marks the request decided (ngx_http_dthrottle_get_ctx).
+ */
+
+static void
+ngx_http_dthrottle_cleanup(void *data)
+{
+    ngx_http_dthrottle_ctx_t  *ctx = data;
+
+    ngx_http_dthrottle_unqueue(ctx);
+    ngx_http_dthrottle_probe_done(ctx);
+}
+
+
+/*
  * ngx_http_dthrottle_answered() takes an ask's outcome (err says why it
  * failed) and returns what the phase handler returns for the request.
  */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_dthrottle_answered(ngx_http_request_t *r,
     ngx_http_dthrottle_ctx_t *ctx, ngx_uint_t answer, const char *err)
 {
@@ -344,7 +385,12 @@ ngx_http_dthrottle_answered(ngx_http_request_t *r,
 }
 
 
-void
+/*
+ * ngx_http_dthrottle_probe_done() ends the backoff's one ask, if ctx's
+ * request made it.
+ */
+
+static void
 ngx_http_dthrottle_probe_done(ngx_http_dthrottle_ctx_t *ctx)
 {
     if (ctx->probe) {
@@ -368,143 +414,4 @@ ngx_http_dthrottle_fail(ngx_http_request_t *r,
     ctx->verdict = NGX_HTTP_DTHROTTLE_FAILED_CLOSED;
 
     return ngx_http_dthrottle_refuse(r, dlcf, NULL);
-}
-
-
-/*
- * ngx_http_dthrottle_refuse() refuses with dthrottle_status. res, when
- * the table refused, is its bucket: Retry-After is the time until a token
- * and RateLimit-Policy and RateLimit state the policy, as the daemon's HTTP
- * endpoint does: the name as a structured-field string, q the burst, w
- * the time to fill (burst / rate), t the time until full, each rounded up
- * to a second. A deny policy has no bucket, and gets no header. Without a
- * bucket (asked, failed closed, a bad tag denied): Retry-After: 1.
- */
-
-static ngx_int_t
-ngx_http_dthrottle_refuse(ngx_http_request_t *r,
-    ngx_http_dthrottle_loc_conf_t *dlcf, dt_result *res)
-{
-    u_char          *p, *last, c;
-    u_char           name[2 * sizeof(((dt_policy_info *) 0)->name) + 2];
-    size_t           len;
-    double           fill;
-    int64_t          retry, window, reset;
-    ngx_uint_t       i;
-    dt_policy_info   info;
-
-    if (res == NULL) {
-        if (ngx_http_dthrottle_header(r, &ngx_http_dthrottle_retry_after,
-                                      (u_char *) "1", 1)
-            != NGX_OK)
-        {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        return dlcf->status;
-    }
-
-    if (res->reset_ns <= 0) {
-        return dlcf->status;
-    }
-
-    retry = res->retry_after_ns / NGX_HTTP_DTHROTTLE_NS
-            + (res->retry_after_ns % NGX_HTTP_DTHROTTLE_NS > 0);
-    reset = res->reset_ns / NGX_HTTP_DTHROTTLE_NS
-            + (res->reset_ns % NGX_HTTP_DTHROTTLE_NS > 0);
-
-    p = ngx_pnalloc(r->pool, 3 * NGX_INT64_LEN + 2 * sizeof(name) + 32);
-    if (p == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    last = ngx_sprintf(p, "%L", ngx_max(retry, 1));
-
-    if (ngx_http_dthrottle_header(r, &ngx_http_dthrottle_retry_after, p,
-                                  last - p)
-        != NGX_OK)
-    {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    /* the policy as the table states it now; while the daemon rewrites
-     * its policies (EAGAIN), Retry-After goes alone */
-
-    if (dt_policy(ngx_http_dthrottle_worker.table, res->policy, &info) != 0) {
-        return dlcf->status;
-    }
-
-    fill = info.rate > 0 ? info.burst / info.rate : 0;
-
-    if (!(fill > 1)) {
-        window = 1;
-
-    } else if (fill >= 9.2e18) {
-        window = INT64_MAX;
-
-    } else {
-        window = (int64_t) fill;
-        window += ((double) window < fill);
-    }
-
-    len = 0;
-    name[len++] = '"';
-
-    for (i = 0; i < sizeof(info.name) && info.name[i] != '\0'; i++) {
-        c = (u_char) info.name[i];
-
-        if (c == '"' || c == '\\') {
-            name[len++] = '\\';
-            name[len++] = c;
-
-        } else {
-            name[len++] = (c < 0x20 || c > 0x7e) ? '?' : c;
-        }
-    }
-
-    name[len++] = '"';
-
-    p = last;
-    last = ngx_sprintf(p, "%*s;q=%uD;w=%L", len, name, info.burst, window);
-
-    if (ngx_http_dthrottle_header(r, &ngx_http_dthrottle_policy, p, last - p)
-        != NGX_OK)
-    {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    p = last;
-    last = ngx_sprintf(p, "%*s;r=0;t=%L", len, name, reset);
-
-    if (ngx_http_dthrottle_header(r, &ngx_http_dthrottle_limit, p, last - p)
-        != NGX_OK)
-    {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    return dlcf->status;
-}
-
-
-static ngx_int_t
-ngx_http_dthrottle_header(ngx_http_request_t *r, ngx_str_t *key,
-    u_char *value, size_t len)
-{
-    ngx_table_elt_t  *h;
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    h->hash = 1;
-    h->key = *key;
-    h->value.data = value;
-    h->value.len = len;
-    h->lowcase_key = NULL;
-#if (nginx_version >= 1023000)
-    h->next = NULL;
-#endif
-
-    return NGX_OK;
 }

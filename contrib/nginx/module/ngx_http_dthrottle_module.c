@@ -192,6 +192,10 @@ ngx_module_t  ngx_http_dthrottle_module = {
 };
 
 
+/* the worker's attachment and counters; the module's files share it */
+ngx_http_dthrottle_worker_t  ngx_http_dthrottle_worker;
+
+
 static char *
 ngx_http_dthrottle(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {

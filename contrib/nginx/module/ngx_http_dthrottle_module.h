@@ -8,13 +8,21 @@
  *   ngx_http_dthrottle_stats.c   $dthrottle_status, and dthrottle_stats:
  *                                the worker's counters
  *   ngx_http_dthrottle_decide.c  the phase handler: the decision from the
- *                                table, the fail mode, refusals
+ *                                table, the fail mode
+ *   ngx_http_dthrottle_refuse.c  a refusal's status and headers
+ *                                (libdthrottle's dt_headers)
  *   ngx_http_dthrottle_ask.c     talking to dthrottled: asking it without
  *                                blocking the worker, and attaching to
  *                                its table
  *   ngx_http_dthrottle_conn.c    the worker's one connection to
  *                                dthrottled, kept, and the asks pipelined
  *                                on it
+ *   ngx_http_dthrottle_ring.c    the places of the asks waiting on it
+ *
+ * Calls run one way, down: module.c and stats.c to decide.c, decide.c
+ * to refuse.c, ask.c, conn.c and ring.c (a gone request's unqueue), ask.c
+ * to conn.c, conn.c to ring.c. An answer comes back up through
+ * the resume handler decide.c gives with each ask.
  */
 
 
@@ -53,7 +61,7 @@ typedef enum {
 } ngx_http_dthrottle_state_e;
 
 
-/* The outcome of an ask, for ngx_http_dthrottle_answered(). */
+/* The outcome of an ask, given to the resume handler. */
 typedef enum {
     NGX_HTTP_DTHROTTLE_ANSWER_OK = 0,
     NGX_HTTP_DTHROTTLE_ANSWER_NO,
@@ -116,27 +124,67 @@ typedef struct {
 } ngx_http_dthrottle_worker_t;
 
 
+/*
+ * The asks waiting on the worker's connection, oldest first: a ring of
+ * NGX_HTTP_DTHROTTLE_QUEUE places (ngx_http_dthrottle_ring.c).
+ */
+#define NGX_HTTP_DTHROTTLE_QUEUE  1024    /* asks waiting on a connection */
+
+/* A place in the queue: an ask waiting for its reply. */
+struct ngx_http_dthrottle_slot_s {
+    ngx_http_dthrottle_ctx_t   *ctx;      /* NULL: its request went away */
+    uint64_t                    end;      /* ask's last byte: out's total */
+    ngx_event_t                 timer;    /* its dthrottle_timeout */
+};
+
+typedef struct {
+    ngx_http_dthrottle_slot_t  *slots;    /* NULL until the first ask */
+    ngx_uint_t                  head;     /* the oldest waiting */
+    ngx_uint_t                  waiting;  /* places taken */
+} ngx_http_dthrottle_ring_t;
+
+
+/*
+ * The handler an ask's answer (or failure: err says why) goes to; the
+ * phase handler's, given down to the connection, which knows nothing of
+ * requests.
+ */
+typedef void (*ngx_http_dthrottle_resume_pt)(ngx_http_dthrottle_ctx_t *ctx,
+    ngx_uint_t answer, const char *err);
+
+
+/* ngx_http_dthrottle_decide.c */
 ngx_int_t ngx_http_dthrottle_handler(ngx_http_request_t *r);
 ngx_http_dthrottle_ctx_t *ngx_http_dthrottle_get_ctx(ngx_http_request_t *r);
-void ngx_http_dthrottle_attach(ngx_log_t *log,
-    ngx_http_dthrottle_main_conf_t *dmcf);
-ngx_int_t ngx_http_dthrottle_answered(ngx_http_request_t *r,
-    ngx_http_dthrottle_ctx_t *ctx, ngx_uint_t answer, const char *err);
-void ngx_http_dthrottle_probe_done(ngx_http_dthrottle_ctx_t *ctx);
 
+/* ngx_http_dthrottle_refuse.c */
+ngx_int_t ngx_http_dthrottle_refuse(ngx_http_request_t *r,
+    ngx_http_dthrottle_loc_conf_t *dlcf, dt_result *res);
+
+/* ngx_http_dthrottle_ask.c */
 ngx_int_t ngx_http_dthrottle_ask(ngx_http_request_t *r,
     ngx_http_dthrottle_ctx_t *ctx, ngx_str_t *tag, ngx_msec_t timeout,
-    const char **err);
-void ngx_http_dthrottle_resume(ngx_http_dthrottle_ctx_t *ctx,
-    ngx_uint_t answer, const char *err);
-void ngx_http_dthrottle_cleanup(void *data);
+    ngx_http_dthrottle_resume_pt resume, const char **err);
+void ngx_http_dthrottle_attach(ngx_log_t *log,
+    ngx_http_dthrottle_main_conf_t *dmcf);
 
+/* ngx_http_dthrottle_conn.c */
 ngx_int_t ngx_http_dthrottle_queue(ngx_http_dthrottle_main_conf_t *dmcf,
     ngx_http_dthrottle_ctx_t *ctx, ngx_str_t *tag, ngx_msec_t timeout,
-    const char **err);
-void ngx_http_dthrottle_unqueue(ngx_http_dthrottle_ctx_t *ctx);
+    ngx_http_dthrottle_resume_pt resume, const char **err);
 void ngx_http_dthrottle_queue_exit(void);
 
+/* ngx_http_dthrottle_ring.c */
+ngx_int_t ngx_http_dthrottle_ring_init(ngx_http_dthrottle_ring_t *q,
+    ngx_event_handler_pt timeout);
+void ngx_http_dthrottle_ring_push(ngx_http_dthrottle_ring_t *q,
+    ngx_http_dthrottle_ctx_t *ctx, uint64_t end, ngx_msec_t timeout);
+ngx_http_dthrottle_ctx_t *ngx_http_dthrottle_ring_pop(
+    ngx_http_dthrottle_ring_t *q, uint64_t *end);
+void ngx_http_dthrottle_unqueue(ngx_http_dthrottle_ctx_t *ctx);
+void ngx_http_dthrottle_ring_free(ngx_http_dthrottle_ring_t *q);
+
+/* ngx_http_dthrottle_stats.c */
 ngx_int_t ngx_http_dthrottle_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 char *ngx_http_dthrottle_stats(ngx_conf_t *cf, ngx_command_t *cmd,
