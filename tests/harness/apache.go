@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// requireApache returns the path of Debian's apache2 binary, which lives in
+// RequireApache returns the path of Debian's apache2 binary, which lives in
 // /usr/sbin (not on every user's PATH). Without it the test is skipped, or
 // fails under CI=true.
 func RequireApache(t *testing.T) string {
@@ -33,13 +33,13 @@ var apacheModules = map[string]string{
 	"dir_module":         "mod_dir.so",
 }
 
-// apacheServer is an Apache httpd started by a test.
+// ApacheServer is an Apache httpd started by a test.
 type ApacheServer struct {
 	URL    string
 	ErrLog string
 }
 
-// startApache runs apache2 in the foreground on a free loopback port with
+// StartApache runs apache2 in the foreground on a free loopback port with
 // contrib/apache's two files, the map pointed at cli and sock, serving a
 // one-file site.
 func StartApache(t *testing.T, cli, sock string) *ApacheServer {
@@ -140,7 +140,7 @@ Include %[2]s/dthrottle.conf
 	}
 }
 
-// get fetches the site's root and returns the status and Retry-After.
+// Get fetches the site's root and returns the status and Retry-After.
 func (a *ApacheServer) Get(t *testing.T) (int, string) {
 	t.Helper()
 	hc := http.Client{Timeout: 10 * time.Second}
@@ -159,7 +159,7 @@ func Must(t *testing.T, err error) {
 	}
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -18,7 +18,7 @@ func CLIBinary(t *testing.T) string {
 	}), "dthrottle")
 }
 
-// runCLI runs dthrottle with args and stdin, returning its exit status and
+// RunCLI runs dthrottle with args and stdin, returning its exit status and
 // output.
 func RunCLI(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// startHTTPDaemon starts dthrottled on config and returns it and the HTTP
+// StartHTTPDaemon starts dthrottled on config and returns it and the HTTP
 // endpoint's address once it answers.
 func StartHTTPDaemon(t *testing.T, config string) (*Daemon, string) {
 	t.Helper()

@@ -22,7 +22,7 @@ type idealBucket struct {
 	full      *big.Rat // nanoseconds after start when the bucket is full again
 }
 
-// newIdealBucket is a full bucket of burst b and rate r at start.
+// NewIdealBucket is a full bucket of burst b and rate r at start.
 func NewIdealBucket(start time.Time, b int, r float64) *idealBucket {
 	if b < 1 || !(r > 0) || math.IsInf(r, 1) {
 		panic("tests: an ideal bucket needs burst >= 1 and a finite rate > 0")
@@ -36,7 +36,7 @@ func NewIdealBucket(start time.Time, b int, r float64) *idealBucket {
 	}
 }
 
-// allow reports whether the bucket serves a query at now, and spends a
+// Allow reports whether the bucket serves a query at now, and spends a
 // token if it does. tokens = b - (full - now)/period, at most b, so a
 // token is left when full - now <= (b-1) periods. A now before an earlier
 // one refunds nothing: it only finds the bucket emptier.
@@ -67,12 +67,12 @@ type versusIdeal struct {
 	LowAt, HighAt time.Duration
 }
 
-// over is how many more than its ideal the load was served over the
+// Over is how many more than its ideal the load was served over the
 // whole run, under how many fewer; one of the two is 0.
 func (v versusIdeal) Over() int  { return max(v.Served-v.Ideal, 0) }
 func (v versusIdeal) Under() int { return max(v.Ideal-v.Served, 0) }
 
-// versusIdeal replays every query l asked through one bucket of policy c,
+// VersusIdeal replays every query l asked through one bucket of policy c,
 // full when the load started, and counts what each served. A query that
 // was not answered counts as not served: the ideal still decides it, since
 // a client asked it. Call it once the load is over.

@@ -12,7 +12,7 @@ import (
 // asked and what came of it, when each was served, and the counts over
 // windows that the bounds are checked against.
 
-// load queries one tag on a cluster's hosts in turn, at a steady rate
+// Load queries one tag on a cluster's hosts in turn, at a steady rate
 // (faultLoad a second unless told otherwise), one query in flight over a
 // connection per daemon, and records every query it asks and when each
 // was served. A host that is down is skipped at its turn (no query is
@@ -44,12 +44,12 @@ const (
 	noAnswer // the dial, the write or the read failed
 )
 
-// startLoad hammers tag on hosts for dur, faultLoad queries a second.
+// StartLoad hammers tag on hosts for dur, faultLoad queries a second.
 func StartLoad(hosts []*Host, tag string, dur time.Duration) *Load {
 	return StartLoadAt(hosts, tag, dur, FaultLoad)
 }
 
-// startLoadAt hammers tag on hosts for dur, perSecond queries a second.
+// StartLoadAt hammers tag on hosts for dur, perSecond queries a second.
 func StartLoadAt(hosts []*Host, tag string, dur time.Duration, perSecond int) *Load {
 	l := &Load{Start: time.Now(), dur: dur, done: make(chan struct{}), ok: map[*Daemon][]time.Time{}}
 	// The ticker asks at most perSecond queries a second (it drops ticks
@@ -108,7 +108,7 @@ func (l *Load) query(conns map[*Daemon]net.Conn, d *Daemon, tag string) {
 	}
 }
 
-// wait waits for the load to end and checks that at most mayFail queries
+// Wait waits for the load to end and checks that at most mayFail queries
 // to a running daemon failed (one may race with a kill).
 func (l *Load) Wait(t *testing.T, mayFail int) {
 	t.Helper()
@@ -122,7 +122,7 @@ func (l *Load) Wait(t *testing.T, mayFail int) {
 	}
 }
 
-// servedIn is how many queries ds (all daemons if none) served in [from, to).
+// ServedIn is how many queries ds (all daemons if none) served in [from, to).
 func (l *Load) ServedIn(from, to time.Time, ds ...*Daemon) int {
 	n := 0
 	for d, oks := range l.ok {
@@ -138,7 +138,7 @@ func (l *Load) ServedIn(from, to time.Time, ds ...*Daemon) int {
 	return n
 }
 
-// firstAsked is when the load first asked any of ds (any daemon if none),
+// FirstAsked is when the load first asked any of ds (any daemon if none),
 // zero if it never did.
 func (l *Load) FirstAsked(ds ...*Daemon) time.Time {
 	for _, q := range l.queries {
@@ -149,13 +149,13 @@ func (l *Load) FirstAsked(ds ...*Daemon) time.Time {
 	return time.Time{}
 }
 
-// served is how many queries ds (all daemons if none) served.
+// Served is how many queries ds (all daemons if none) served.
 func (l *Load) Served(ds ...*Daemon) int { return l.ServedIn(l.Start, l.End.Add(time.Second), ds...) }
 
-// most is the most the cluster served in any window of w.
+// Most is the most the cluster served in any window of w.
 func (l *Load) Most(w time.Duration) int { return l.MostIn(w) }
 
-// mostIn is the most ds (all daemons if none) served in any window of w.
+// MostIn is the most ds (all daemons if none) served in any window of w.
 func (l *Load) MostIn(w time.Duration, ds ...*Daemon) int {
 	var all []time.Time
 	for d, oks := range l.ok {
@@ -174,10 +174,10 @@ func (l *Load) MostIn(w time.Duration, ds ...*Daemon) int {
 	return best
 }
 
-// duration is the time from the first query to the last reply.
+// Duration is the time from the first query to the last reply.
 func (l *Load) Duration() time.Duration { return l.End.Sub(l.Start) }
 
-// figures logs one scenario's results for the tables of docs/reliability.md
+// Figures logs one scenario's results for the tables of docs/reliability.md
 // and docs/relays.md.
 func Figures(t *testing.T, l *Load, limit float64, extra string, c Counters) {
 	t.Helper()
@@ -186,7 +186,7 @@ func Figures(t *testing.T, l *Load, limit float64, extra string, c Counters) {
 		t.Name(), l.Served(), w.Seconds(), float64(l.Served())/w.Seconds(), limit, l.Most(time.Second), extra, c)
 }
 
-// at waits until offset after the load started, to time a fault.
+// At waits until offset after the load started, to time a fault.
 func At(l *Load, offset time.Duration) time.Time {
 	<-time.After(time.Until(l.Start.Add(offset)))
 	return time.Now()

@@ -15,16 +15,6 @@ import (
 	"time"
 )
 
-// The proxy tests run the proxies from Debian's packages with the
-// ready-to-copy configurations of contrib/, on temporary ports, in front
-// of a one-file site, asking a dthrottled with a burst of 3: three
-// requests are served, the fourth gets 429 with Retry-After and the
-// RateLimit headers; with dthrottled stopped, every request is served
-// again at once (fail open). This file holds the ways that need no build
-// over HTTP (nginx's auth_request, Caddy's forward_auth) and what the
-// tests of the other ways share with them (the modules, the shared-table
-// paths, SPOE).
-
 const ProxyDaemonConfig = `[listen]
 unix = "%%SOCK%%"
 unix_mode = "0666"
@@ -36,7 +26,7 @@ listen = "127.0.0.1:0"
 refuse_status = %d
 `
 
-// proxySite makes a world-readable directory (a proxy's workers may run
+// ProxySite makes a world-readable directory (a proxy's workers may run
 // as another user) holding www/hello.txt.
 func ProxySite(t *testing.T) (dir, www string) {
 	t.Helper()
@@ -50,7 +40,7 @@ func ProxySite(t *testing.T) (dir, www string) {
 	return dir, www
 }
 
-// contribConfig reads a file of contrib/ and makes the replacements, each
+// ContribConfig reads a file of contrib/ and makes the replacements, each
 // of which must be found: the test runs the shipped file, only re-pointed.
 func ContribConfig(t *testing.T, path string, replace ...string) string {
 	t.Helper()
@@ -66,7 +56,7 @@ func ContribConfig(t *testing.T, path string, replace ...string) string {
 	return s
 }
 
-// runProxy starts cmd, stops it when the test ends, and waits until port
+// RunProxy starts cmd, stops it when the test ends, and waits until port
 // accepts connections.
 func RunProxy(t *testing.T, cmd *exec.Cmd, port int, log string) {
 	t.Helper()
@@ -108,7 +98,7 @@ func RunProxy(t *testing.T, cmd *exec.Cmd, port int, log string) {
 	}
 }
 
-// checkThrottled asks url four times: three are served, the fourth refused
+// CheckThrottled asks url four times: three are served, the fourth refused
 // with 429, Retry-After and the RateLimit headers. Then it stops d, and
 // every request is served, without waiting on a timeout each.
 func CheckThrottled(t *testing.T, url string, d *Daemon, log string) {
@@ -160,7 +150,7 @@ func CheckThrottled(t *testing.T, url string, d *Daemon, log string) {
 	}
 }
 
-// getTagged fetches url with X-Tag: tag (none when empty) and returns the
+// GetTagged fetches url with X-Tag: tag (none when empty) and returns the
 // status.
 func GetTagged(t *testing.T, hc *http.Client, url, tag string) (int, error) {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
@@ -179,7 +169,7 @@ func GetTagged(t *testing.T, hc *http.Client, url, tag string) (int, error) {
 	return res.StatusCode, nil
 }
 
-// checkConcurrent spends tag "spent" and then sends 24 requests for it
+// CheckConcurrent spends tag "spent" and then sends 24 requests for it
 // and 24 for fresh tags at once: each must get its own answer, 429 for
 // the spent tag and 200 for the others, however the proxy batches or
 // shares its connections.
@@ -221,7 +211,7 @@ func CheckConcurrent(t *testing.T, url, log string) {
 // nginxLuaModules are Debian's libnginx-mod-http-lua, loaded by full path.
 var nginxLuaModules = []string{"/usr/lib/nginx/modules/ndk_http_module.so", "/usr/lib/nginx/modules/ngx_http_lua_module.so"}
 
-// writeNginxConf writes dir/nginx.conf for an nginx run by a test: head
+// WriteNginxConf writes dir/nginx.conf for an nginx run by a test: head
 // first (load_module lines), one worker, its error log at level (empty:
 // nginx's default) and its pid in dir, its temporary files in dir/tmp,
 // and http { body } (empty: the site in dir/site.conf). It returns the

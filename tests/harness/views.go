@@ -13,7 +13,7 @@ import (
 // its admin endpoint: node id, peers view, a tag's bucket, gossip
 // counters, the last report; and its log lines.
 
-// nodeID is the daemon's gossip node id, from /v1/stats.
+// NodeID is the daemon's gossip node id, from /v1/stats.
 func (d *Daemon) NodeID(t *testing.T) string {
 	t.Helper()
 	code, body := HTTPDo(t, http.MethodGet, "http://"+d.AdminAddr(t)+"/v1/stats")
@@ -24,7 +24,7 @@ func (d *Daemon) NodeID(t *testing.T) string {
 	return st.Gossip.Node
 }
 
-// awaitPeer waits until the daemon's peers view holds node, silent or not
+// AwaitPeer waits until the daemon's peers view holds node, silent or not
 // as asked.
 func (d *Daemon) AwaitPeer(t *testing.T, node string, silent bool) {
 	t.Helper()
@@ -34,7 +34,7 @@ func (d *Daemon) AwaitPeer(t *testing.T, node string, silent bool) {
 	})
 }
 
-// logLines returns the daemon's log lines that contain every one of parts.
+// LogLines returns the daemon's log lines that contain every one of parts.
 func (d *Daemon) LogLines(parts ...string) []string {
 	var out []string
 next:
@@ -61,7 +61,7 @@ type peerView struct {
 	Relay     string `json:"relay"`
 }
 
-// peers reads the daemon's /v1/peers, by node id.
+// Peers reads the daemon's /v1/peers, by node id.
 func (d *Daemon) Peers(t *testing.T) map[string]peerView {
 	t.Helper()
 	code, body := HTTPDo(t, http.MethodGet, "http://"+d.AdminAddr(t)+"/v1/peers")
@@ -114,10 +114,10 @@ var gossipSeries = []struct{ name, family, label string }{
 	{"mismatch", "dthrottle_gossip_fingerprint_mismatches_total", ""},
 }
 
-// counters are gossip counters by short name, of one node or summed.
+// Counters are gossip counters by short name, of one node or summed.
 type Counters map[string]float64
 
-// totals reads the gossip counters of ds and sums them.
+// Totals reads the gossip counters of ds and sums them.
 func Totals(t *testing.T, ds ...*Daemon) Counters {
 	t.Helper()
 	c := Counters{}
@@ -142,14 +142,14 @@ func (c Counters) String() string {
 	return strings.Join(parts, ", ")
 }
 
-// lastReport is when the daemon last sent a report.
+// LastReport is when the daemon last sent a report.
 func (d *Daemon) LastReport(t *testing.T) time.Time {
 	t.Helper()
 	s := Metric(t, Scrape(t, d.AdminAddr(t)), "dthrottle_gossip_last_report_timestamp_seconds")
 	return time.Unix(0, int64(s*1e9))
 }
 
-// awaitReportAfter waits until the daemon has sent a report after at: the
+// AwaitReportAfter waits until the daemon has sent a report after at: the
 // hits it served before at are then known to its peers, and part of the
 // levels it answers a snapshot request with.
 func (d *Daemon) AwaitReportAfter(t *testing.T, at time.Time) {

@@ -13,10 +13,6 @@ import (
 	"time"
 )
 
-// The harness of Caddy deciding in process (caddyshared_test.go): a Caddy
-// built with the dthrottle module by contrib/caddy/build.sh, once per test
-// binary, run on the shipped Caddyfile.shared re-pointed.
-
 // BuildCaddyShared builds Caddy with the dthrottle module, as the README
 // says to, once for every test package, and returns its path. The build
 // goes through the Go module proxy; it takes a minute or two on a cold
@@ -125,7 +121,7 @@ func runCaddyShared(t *testing.T, bin, conf, dir, log string, port int) *caddyPr
 	}
 }
 
-// kill sends SIGKILL and waits for the process to be gone.
+// Kill sends SIGKILL and waits for the process to be gone.
 func (p *caddyProc) Kill(t *testing.T) {
 	t.Helper()
 	Must(t, p.cmd.Process.Kill())
@@ -142,7 +138,7 @@ func (p *caddyProc) output() string {
 	return string(b)
 }
 
-// startCaddyShared runs the Caddy built with the module on
+// StartCaddyShared runs the Caddy built with the module on
 // caddySharedConfig for the daemon's socket sock, and returns the URLs
 // of its three sites' /hello.txt, the process, and a function that runs
 // it again on the same ports.
@@ -182,7 +178,7 @@ func awaitPort(t *testing.T, port int, p *caddyProc) {
 	})
 }
 
-// awaitInProcess waits until the Caddy behind u decides in process: a
+// AwaitInProcess waits until the Caddy behind u decides in process: a
 // request that the daemon d counts as decided without being asked over
 // its socket.
 func AwaitInProcess(t *testing.T, u string, d *Daemon, log string) {

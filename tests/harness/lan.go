@@ -38,12 +38,12 @@ const (
 	LANInterval = 200 * time.Millisecond
 )
 
-// lan is the bridge and the hosts on it.
+// LAN is the bridge and the hosts on it.
 type LAN struct {
 	Hosts []*Host
 }
 
-// host is one node's namespace and the daemon running in it, if any.
+// Host is one node's namespace and the daemon running in it, if any.
 type Host struct {
 	N    int    // 1, 2, ...
 	Link string // its side of the veth pair, in ns: "n1"
@@ -56,7 +56,7 @@ type Host struct {
 	cfg NodeConfig // what d was started with
 }
 
-// newLAN builds a bridge and n hosts on it. It refuses to run anywhere
+// NewLAN builds a bridge and n hosts on it. It refuses to run anywhere
 // but inside the namespace netns.Run made.
 func NewLAN(t *testing.T, n int) *LAN {
 	t.Helper()
@@ -90,7 +90,7 @@ func NewLAN(t *testing.T, n int) *LAN {
 	return l
 }
 
-// feed runs a system tool with input on its stdin, in ns (nil: the
+// Feed runs a system tool with input on its stdin, in ns (nil: the
 // test's namespace, where the bridge is): "ip -batch -", "nft -f -".
 func Feed(t *testing.T, ns *netns.NS, input, name string, args ...string) {
 	t.Helper()
@@ -114,13 +114,13 @@ func Feed(t *testing.T, ns *netns.NS, input, name string, args ...string) {
 	}
 }
 
-// nft loads an nftables ruleset where the bridge is.
+// NFT loads an nftables ruleset where the bridge is.
 func NFT(t *testing.T, ruleset string) {
 	t.Helper()
 	Feed(t, nil, ruleset, "nft", "-f", "-")
 }
 
-// nodeConfig is what differs between the nodes' configurations.
+// NodeConfig is what differs between the nodes' configurations.
 type NodeConfig struct {
 	Rate     float64
 	Burst    int
@@ -154,14 +154,14 @@ http = "%s:0"
 `, c.Rate, c.Burst, c.Policies, LANInterval.String(), lanGroup, h.Link, secret, c.Gossip, h.Addr)
 }
 
-// start runs a daemon in h's namespace with the given configuration, until
+// Start runs a daemon in h's namespace with the given configuration, until
 // the test ends.
 func (h *Host) Start(t *testing.T, c NodeConfig) *Daemon {
 	t.Helper()
 	return h.StartConfig(t, c, h.configFor(c))
 }
 
-// startConfig runs a daemon in h's namespace with config, made from c
+// StartConfig runs a daemon in h's namespace with config, made from c
 // (which restart uses again), until the test ends.
 func (h *Host) StartConfig(t *testing.T, c NodeConfig, config string) *Daemon {
 	t.Helper()
@@ -175,14 +175,14 @@ func (h *Host) StartConfig(t *testing.T, c NodeConfig, config string) *Daemon {
 	return d
 }
 
-// daemon is the running daemon, nil while h is down.
+// Daemon is the running daemon, nil while h is down.
 func (h *Host) Daemon() *Daemon {
 	h.Mu.Lock()
 	defer h.Mu.Unlock()
 	return h.D
 }
 
-// kill stops h's daemon with SIGKILL, as a crash would, and returns it.
+// Kill stops h's daemon with SIGKILL, as a crash would, and returns it.
 func (h *Host) Kill(t *testing.T) *Daemon {
 	t.Helper()
 	h.Mu.Lock()
@@ -201,7 +201,7 @@ func (h *Host) Kill(t *testing.T) *Daemon {
 	return d
 }
 
-// restart starts h again with its last configuration: a new process, so
+// Restart starts h again with its last configuration: a new process, so
 // a new node id and full buckets.
 func (h *Host) Restart(t *testing.T) *Daemon {
 	t.Helper()
@@ -211,7 +211,7 @@ func (h *Host) Restart(t *testing.T) *Daemon {
 	return h.Start(t, c)
 }
 
-// startAll starts every host with c and waits until each hears all others.
+// StartAll starts every host with c and waits until each hears all others.
 func (l *LAN) StartAll(t *testing.T, c NodeConfig) []*Daemon {
 	t.Helper()
 	var ds []*Daemon
@@ -222,7 +222,7 @@ func (l *LAN) StartAll(t *testing.T, c NodeConfig) []*Daemon {
 	return ds
 }
 
-// awaitPeers waits until every daemon hears n peers.
+// AwaitPeers waits until every daemon hears n peers.
 func AwaitPeers(t *testing.T, ds []*Daemon, n int) {
 	t.Helper()
 	for _, d := range ds {
@@ -232,7 +232,7 @@ func AwaitPeers(t *testing.T, ds []*Daemon, n int) {
 	}
 }
 
-// poll calls cond until it holds, failing after within.
+// Poll calls cond until it holds, failing after within.
 func Poll(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
@@ -244,7 +244,7 @@ func Poll(t *testing.T, within time.Duration, what string, cond func() bool) {
 	}
 }
 
-// settle waits until every report that may carry a hit served before end
+// Settle waits until every report that may carry a hit served before end
 // has reached every other node or been counted lost there: each node has
 // reported since end, and every other node has heard from it since.
 func Settle(t *testing.T, ds []*Daemon, end time.Time) {
@@ -270,7 +270,7 @@ func Settle(t *testing.T, ds []*Daemon, end time.Time) {
 	}
 }
 
-// missed is how many of the hits each daemon of ds served another never
+// Missed is how many of the hits each daemon of ds served another never
 // applied: the hits lost in the network. It returns the most any one
 // receiver missed and the sum over all, and fails t if a node applied more
 // of a peer's hits than the peer served. Call it after settle.
@@ -293,7 +293,7 @@ func Missed(t *testing.T, l *Load, ds []*Daemon) (worst, sum int) {
 	return worst, sum
 }
 
-// tap listens to the cluster's group from the test's own address on the
+// Tap listens to the cluster's group from the test's own address on the
 // bridge, and sends to it: the network seen and reached by a stranger.
 type Tap struct {
 	tr *transport.MulticastTransport
@@ -309,7 +309,7 @@ func NewTap(t *testing.T) *Tap {
 	return &Tap{tr}
 }
 
-// capture returns the first datagram heard that decodes under key and
+// Capture returns the first datagram heard that decodes under key and
 // satisfies match.
 func (tp *Tap) Capture(t *testing.T, key []byte, match func(p transport.Packet, m wire.Message) bool) (transport.Packet, wire.Message) {
 	t.Helper()
@@ -326,7 +326,7 @@ func (tp *Tap) Capture(t *testing.T, key []byte, match func(p transport.Packet, 
 	}
 }
 
-// send sends b to the group from the test's address.
+// Send sends b to the group from the test's address.
 func (tp *Tap) Send(t *testing.T, b []byte) {
 	t.Helper()
 	if err := tp.tr.Send(b); err != nil {
@@ -334,7 +334,7 @@ func (tp *Tap) Send(t *testing.T, b []byte) {
 	}
 }
 
-// relay passes on every datagram from the host at address from to the group, in
+// Relay passes on every datagram from the host at address from to the group, in
 // swapped pairs (the second, then the first), until the test ends, and
 // returns how many pairs it swapped so far.
 func (tp *Tap) Relay(from string) *atomic.Int64 {

@@ -17,17 +17,11 @@ import (
 	"time"
 )
 
-// The harness of nginx's native module (nginxmodule_test.go):
-// ngx_http_dthrottle_module.so built once from a copy of
-// contrib/nginx/module and libdthrottle against nginx-dev's sources,
-// Debian's nginx started on the shipped dthrottle-module.conf, and what
-// the tests read back from it.
-
 // nginxDevSource is where Debian's nginx-dev puts nginx's sources and
 // configure flags, where contrib/nginx/module/Makefile looks by default.
 const nginxDevSource = "/usr/share/nginx/src"
 
-// requireNginxModule returns nginx's path, or skips (fails under CI=true)
+// RequireNginxModule returns nginx's path, or skips (fails under CI=true)
 // without nginx, the Lua module the tests compute their tags with,
 // nginx-dev's sources, a C compiler, make or bash.
 func RequireNginxModule(t *testing.T) string {
@@ -93,14 +87,14 @@ const ngxTagLines = `        set_by_lua_block $dthrottle_tag {
         dthrottle $dthrottle_tag;
         add_header X-DThrottle $dthrottle_status always;`
 
-// ngxModuleServer is an nginx started by a test with the module.
+// NgxModuleServer is an nginx started by a test with the module.
 type NgxModuleServer struct {
 	cmd *exec.Cmd // the master
 	URL string    // the site's /hello.txt
 	Log string    // nginx's error log
 }
 
-// startNginxModule runs nginx, one worker, with
+// StartNginxModule runs nginx, one worker, with
 // contrib/nginx/dthrottle-module.conf re-pointed at sock, its stats
 // location enabled, the tag as ngxTagLines takes it, a timeout of 2 s,
 // and the replacements in more made after those; the module is loaded in
@@ -154,13 +148,13 @@ func StartNginxModule(t *testing.T, sock string, more ...string) *NgxModuleServe
 	return s
 }
 
-// output returns nginx's error log.
+// Output returns nginx's error log.
 func (s *NgxModuleServer) Output() string {
 	b, _ := os.ReadFile(s.Log)
 	return string(b)
 }
 
-// stats returns what dthrottle_stats answers: the worker's counters.
+// Stats returns what dthrottle_stats answers: the worker's counters.
 func (s *NgxModuleServer) Stats(t *testing.T) string {
 	t.Helper()
 	res, err := (&http.Client{Timeout: 5 * time.Second}).Get(strings.TrimSuffix(s.URL, "hello.txt") + "dthrottle-stats")
@@ -176,7 +170,7 @@ func (s *NgxModuleServer) Stats(t *testing.T) string {
 	return strings.TrimSpace(string(b))
 }
 
-// statsField returns the counter name of stats.
+// StatsField returns the counter name of stats.
 func (s *NgxModuleServer) StatsField(t *testing.T, name string) int {
 	t.Helper()
 	st := s.Stats(t)
@@ -191,7 +185,7 @@ func (s *NgxModuleServer) StatsField(t *testing.T, name string) int {
 	return 0
 }
 
-// worker returns the pid of the master's one worker, polling until there
+// Worker returns the pid of the master's one worker, polling until there
 // is one (and only one: a worker killed is being replaced).
 func (s *NgxModuleServer) Worker(t *testing.T) int {
 	t.Helper()
@@ -228,7 +222,7 @@ func childPIDs(t *testing.T, ppid int) []int {
 	return pids
 }
 
-// ngxGet fetches u for tag (as X-Tag, percent-encoded as hsEscape does)
+// NgxGet fetches u for tag (as X-Tag, percent-encoded as hsEscape does)
 // and returns the response, its body read, and how long it took.
 func NgxGet(t *testing.T, s *NgxModuleServer, u, tag string) (*http.Response, time.Duration) {
 	t.Helper()
@@ -240,7 +234,7 @@ func NgxGet(t *testing.T, s *NgxModuleServer, u, tag string) (*http.Response, ti
 	return res, time.Since(start)
 }
 
-// ngxStatuses sends n requests for tag and returns their statuses and
+// NgxStatuses sends n requests for tag and returns their statuses and
 // what decided each (X-DThrottle).
 func NgxStatuses(t *testing.T, s *NgxModuleServer, tag string, n int) (string, string) {
 	t.Helper()
@@ -263,7 +257,7 @@ var ngxBadTags = []string{
 	strings.Repeat("x", 2000),
 }
 
-// checkNgxBadTags sends the empty tag and each of ngxBadTags twice. The
+// CheckNgxBadTags sends the empty tag and each of ngxBadTags twice. The
 // empty tag must be served (EMPTY); the bad ones must get status (200 with
 // dthrottle_bad_tag allow, else the refusal's, with Retry-After: 1 and no
 // bucket), decided BAD, and each must count in the worker's bad. None
@@ -309,7 +303,7 @@ func CheckNgxBadTags(t *testing.T, s *NgxModuleServer, d *Daemon, status int) {
 	}
 }
 
-// stopDaemon stops d with SIGSTOP, and returns once every thread of it
+// StopDaemon stops d with SIGSTOP, and returns once every thread of it
 // has stopped: the signal is delivered before the threads stop, and a
 // thread still running would answer what the test means to go
 // unanswered. It resumes d when the test ends.

@@ -50,7 +50,7 @@ func BuildModDthrottle(t *testing.T) string {
 	return filepath.Join(dir, "contrib", "apache", ".libs", "mod_dthrottle.so")
 }
 
-// sharedDaemon starts dthrottled with config (%SOCK% replaced) on a socket
+// SharedDaemon starts dthrottled with config (%SOCK% replaced) on a socket
 // that Apache's children can reach when they run as another user: in a
 // directory anyone may enter, with mode 0666. An admin endpoint on port 0
 // gets a free port, as startDaemon's does. It returns the daemon and the
@@ -70,7 +70,7 @@ func SharedDaemon(t *testing.T, config string) (*Daemon, string) {
 	return d, path
 }
 
-// startModApache runs apache2 in the foreground with the given MPM
+// StartModApache runs apache2 in the foreground with the given MPM
 // ("event", "worker", "prefork"), mod_dthrottle and the directives in
 // body, serving www/index.html ("hello"), www/h/index.html and an
 // ErrorDocument for 429 at /errors/429.html.
@@ -171,7 +171,7 @@ func runApache(t *testing.T, apache, conf string, port int, errLog string) *Apac
 	}
 }
 
-// fetch GETs path with the header X-Client: client (none if ""), and
+// Fetch GETs path with the header X-Client: client (none if ""), and
 // returns the status, Retry-After and body.
 func (a *ApacheServer) Fetch(t *testing.T, hc *http.Client, path, client string) (int, string, string) {
 	t.Helper()
@@ -190,7 +190,7 @@ func (a *ApacheServer) Fetch(t *testing.T, hc *http.Client, path, client string)
 	return resp.StatusCode, resp.Header.Get("Retry-After"), string(body)
 }
 
-// expect fetches path once per wanted status, failing with the error log.
+// Expect fetches path once per wanted status, failing with the error log.
 func (a *ApacheServer) Expect(t *testing.T, hc *http.Client, path, client string, want ...int) {
 	t.Helper()
 	for i, w := range want {
@@ -201,7 +201,7 @@ func (a *ApacheServer) Expect(t *testing.T, hc *http.Client, path, client string
 	}
 }
 
-// counters reads the dthrottle-status page into a map.
+// Counters reads the dthrottle-status page into a map.
 func (a *ApacheServer) Counters(t *testing.T, hc *http.Client) map[string]string {
 	t.Helper()
 	status, _, body := a.Fetch(t, hc, "/dthrottle-status", "")
@@ -219,7 +219,7 @@ func (a *ApacheServer) Counters(t *testing.T, hc *http.Client) map[string]string
 	return m
 }
 
-// rawRequest sends req as is on a new connection and returns the status
+// RawRequest sends req as is on a new connection and returns the status
 // line of the answer ("" if Apache closed without one).
 func RawRequest(t *testing.T, a *ApacheServer, req string) string {
 	t.Helper()
@@ -233,7 +233,7 @@ func RawRequest(t *testing.T, a *ApacheServer, req string) string {
 	return strings.TrimSpace(line)
 }
 
-// askDaemon sends tags straight to dthrottled and returns its replies.
+// AskDaemon sends tags straight to dthrottled and returns its replies.
 func AskDaemon(t *testing.T, sock string, tags ...string) string {
 	t.Helper()
 	c, err := net.Dial("unix", sock)

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// adminAddr returns the admin endpoint's address once /healthz answers
+// AdminAddr returns the admin endpoint's address once /healthz answers
 // there.
 func (d *Daemon) AdminAddr(t *testing.T) string {
 	t.Helper()
@@ -33,7 +33,7 @@ func (d *Daemon) AdminAddr(t *testing.T) string {
 	return d.Admin
 }
 
-// httpDo sends one request to the admin endpoint and returns status and body.
+// HTTPDo sends one request to the admin endpoint and returns status and body.
 func HTTPDo(t *testing.T, method, url string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, nil)
@@ -53,7 +53,7 @@ func HTTPDo(t *testing.T, method, url string) (int, string) {
 	return res.StatusCode, string(b)
 }
 
-// scrape fetches /metrics and parses it with the Prometheus text parser.
+// Scrape fetches /metrics and parses it with the Prometheus text parser.
 func Scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
 	t.Helper()
 	code, body := HTTPDo(t, http.MethodGet, "http://"+addr+"/metrics")
@@ -68,7 +68,7 @@ func Scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
 	return fams
 }
 
-// metric returns the value of the series of family name whose labels
+// Metric returns the value of the series of family name whose labels
 // include every name=value in labels.
 func Metric(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
 	t.Helper()

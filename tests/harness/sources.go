@@ -15,7 +15,7 @@ import (
 // libdthrottleDir is the C library's source, from this package.
 var libdthrottleDir = Path("libdthrottle")
 
-// copyLibdthrottleTo copies the library's sources (not what was built in
+// CopyLibdthrottleTo copies the library's sources (not what was built in
 // the tree) into dst, made if need be.
 func CopyLibdthrottleTo(dst string) error {
 	return copySources(libdthrottleDir, dst, "Makefile", ".c", ".h", ".supp")
@@ -55,7 +55,7 @@ func copySources(src, dst string, names ...string) error {
 	return nil
 }
 
-// runMake runs make with args in dir, failing the test with its output.
+// RunMake runs make with args in dir, failing the test with its output.
 func RunMake(t *testing.T, dir string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)

@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// requireRLS checks that this tree's dthrottled knows [rls] in config.
+// RequireRLS checks that this tree's dthrottled knows [rls] in config.
 // Before the rls package exists the test is skipped, saying so; once it
 // exists, a config it does not accept fails the test.
 func RequireRLS(t *testing.T, config string) {

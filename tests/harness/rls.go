@@ -11,9 +11,6 @@ import (
 	"testing"
 )
 
-// This file owns the reference rate limit service's binaries: built once
-// from the Go module proxy's copy of its source, kept in a cache.
-
 // The rate limit service's reference implementation, whose client asks
 // dthrottled here and whose server bench/rls.sh measures beside it. It
 // has no tagged release: one pseudo-version is pinned, here and in
@@ -31,7 +28,7 @@ var (
 	rlsRefErr  error
 )
 
-// rlsReference returns the directory holding the reference's server
+// RLSReference returns the directory holding the reference's server
 // (service_cmd) and client (client_cmd), building them the first time into
 // the user's cache directory, where later runs find them. A failed build,
 // such as one without the module proxy, skips the test, or fails it under

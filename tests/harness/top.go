@@ -8,14 +8,7 @@ import (
 	"github.com/dthrottle/dthrottle/api"
 )
 
-// "Who is throttled" across a cluster: three real daemons, each on a host
-// of its own on the bridge of newLAN, gossiping signed reports every
-// lanInterval, and their GET /v1/top. Each node feeds its board at every
-// report, sends the board's lists to its peers with that report (wire
-// type 9) while it has anything to tell, and counts a peer's lists until
-// they are gossip.SilentAfter(interval) old.
-
-// topView reads d's GET /v1/top with the query q ("by=refused&scope=node").
+// TopView reads d's GET /v1/top with the query q ("by=refused&scope=node").
 func TopView(t *testing.T, d *Daemon, q string) api.Top {
 	t.Helper()
 	code, body := HTTPDo(t, http.MethodGet, "http://"+d.AdminAddr(t)+"/v1/top?"+q)
@@ -26,7 +19,7 @@ func TopView(t *testing.T, d *Daemon, q string) api.Top {
 	return doc
 }
 
-// topFind returns tag's entry in doc's list of policy.
+// TopFind returns tag's entry in doc's list of policy.
 func TopFind(doc api.Top, policy, tag string) (api.TopTag, bool) {
 	for _, p := range doc.Policies {
 		if p.Policy != policy {

@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// requireTool returns the path of an external tool. Without it the test is
+// RequireTool returns the path of an external tool. Without it the test is
 // skipped on a developer's machine and fails under CI=true, where .ci/run
 // was meant to install it.
 func RequireTool(t *testing.T, name string) string {
@@ -30,7 +30,7 @@ func RequireTool(t *testing.T, name string) string {
 	return p
 }
 
-// requireSbin returns the path of a Debian server binary, which lives in
+// RequireSbin returns the path of a Debian server binary, which lives in
 // /usr/sbin (not on every user's PATH), or fails as requireTool does.
 func RequireSbin(t *testing.T, name string) string {
 	t.Helper()
@@ -45,7 +45,7 @@ func FileExists(p string) bool {
 	return err == nil
 }
 
-// daemon is a dthrottled process started by a test.
+// Daemon is a dthrottled process started by a test.
 type Daemon struct {
 	Cmd    *exec.Cmd
 	Sock   string
@@ -59,7 +59,7 @@ type Daemon struct {
 	adminUp    sync.Once
 }
 
-// startDaemon writes config (with %SOCK% replaced by a socket path in a
+// StartDaemon writes config (with %SOCK% replaced by a socket path in a
 // temp dir) and runs dthrottled on it until the test ends.
 func StartDaemon(t *testing.T, config string) *Daemon {
 	t.Helper()
@@ -76,7 +76,7 @@ func StartDaemon(t *testing.T, config string) *Daemon {
 	return d
 }
 
-// pinPort replaces the first `key = "host:0"` of config with a port free
+// PinPort replaces the first `key = "host:0"` of config with a port free
 // now on host, and returns the config and that address ("" when there is
 // none). The port could be taken in between, but only by a process that
 // binds ports it was not given.
@@ -95,13 +95,13 @@ func PinPort(t *testing.T, config, key string) (string, string) {
 	return config[:m[0]] + fmt.Sprintf("%s = %q", key, addr) + config[m[1]:], addr
 }
 
-// runDaemon starts dthrottled with args and waits until sock answers.
+// RunDaemon starts dthrottled with args and waits until sock answers.
 func RunDaemon(t *testing.T, sock string, env []string, args ...string) *Daemon {
 	t.Helper()
 	return RunDaemonCmd(t, sock, exec.Command(Binary, args...), env...)
 }
 
-// runDaemonCmd starts cmd, a dthrottled or a command that runs one, and
+// RunDaemonCmd starts cmd, a dthrottled or a command that runs one, and
 // waits until sock answers.
 func RunDaemonCmd(t *testing.T, sock string, cmd *exec.Cmd, env ...string) *Daemon {
 	t.Helper()
@@ -133,7 +133,7 @@ func RunDaemonCmd(t *testing.T, sock string, cmd *exec.Cmd, env ...string) *Daem
 	}
 }
 
-// lockedBuffer collects a process's output while tests read it.
+// LockedBuffer collects a process's output while tests read it.
 type LockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -151,7 +151,7 @@ func (l *LockedBuffer) String() string {
 	return l.b.String()
 }
 
-// awaitLog waits until the daemon has logged a line containing want: its
+// AwaitLog waits until the daemon has logged a line containing want: its
 // output arrives through a pipe, after whatever it did before writing it.
 func (d *Daemon) AwaitLog(t *testing.T, want string) {
 	t.Helper()
@@ -164,7 +164,7 @@ func (d *Daemon) AwaitLog(t *testing.T, want string) {
 	}
 }
 
-// stop sends SIGTERM and waits for a clean exit. Safe to call twice.
+// Stop sends SIGTERM and waits for a clean exit. Safe to call twice.
 func (d *Daemon) Stop(t *testing.T) {
 	t.Helper()
 	if d.Cmd.ProcessState != nil {
@@ -183,7 +183,7 @@ func (d *Daemon) Stop(t *testing.T) {
 	}
 }
 
-// nc runs netcat-openbsd with input on stdin and returns what it printed.
+// NC runs netcat-openbsd with input on stdin and returns what it printed.
 func NC(t *testing.T, input string, args ...string) string {
 	t.Helper()
 	path := RequireTool(t, "nc")

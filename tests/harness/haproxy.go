@@ -13,16 +13,11 @@ import (
 	"time"
 )
 
-// The harness of HAProxy deciding in process (haproxyshared_test.go):
-// dthrottle_shared.so built from a copy of contrib/haproxy's and
-// libdthrottle's sources, HAProxy in master-worker mode on the shipped
-// haproxy-shared.cfg, and what the tests read back from it.
-
 // luaHeader is the Lua 5.3 header the module is built against (Debian:
 // liblua5.3-dev), where contrib/haproxy/Makefile looks by default.
 const luaHeader = "/usr/include/lua5.3/lua.h"
 
-// requireHAProxyShared returns HAProxy's path, or skips (fails under
+// RequireHAProxyShared returns HAProxy's path, or skips (fails under
 // CI=true) without HAProxy, a C compiler, make or the Lua headers.
 func RequireHAProxyShared(t *testing.T) string {
 	t.Helper()
@@ -38,7 +33,7 @@ func RequireHAProxyShared(t *testing.T) string {
 	return haproxy
 }
 
-// copyHAProxySharedTo copies the module's sources into dst/contrib/haproxy
+// CopyHAProxySharedTo copies the module's sources into dst/contrib/haproxy
 // and libdthrottle's into dst/libdthrottle, where the Makefile finds them
 // (../../libdthrottle), and returns dst/contrib/haproxy.
 func CopyHAProxySharedTo(dst string) (string, error) {
@@ -84,7 +79,7 @@ type hsProxy struct {
 	port int
 }
 
-// startHAProxyShared runs HAProxy, four threads, with
+// StartHAProxyShared runs HAProxy, four threads, with
 // contrib/haproxy/haproxy-shared.cfg re-pointed at sock and the module
 // built in moduleDir, the replacements in more made, and the tag as
 // hsTagLines takes it; it waits until HAProxy decides in process (or, with
@@ -115,7 +110,7 @@ func StartHAProxyShared(t *testing.T, sock, moduleDir string, more ...string) *h
 	return p
 }
 
-// start runs (or runs again) p's HAProxy and waits until it attached.
+// Start runs (or runs again) p's HAProxy and waits until it attached.
 func (p *hsProxy) Start(t *testing.T) {
 	t.Helper()
 	p.Cmd = exec.Command(RequireSbin(t, "haproxy"), "-W", "-db", "-f", p.conf)
@@ -123,7 +118,7 @@ func (p *hsProxy) Start(t *testing.T) {
 	p.AwaitAttached(t, 0)
 }
 
-// awaitAttached waits until the process serving p has attached more than
+// AwaitAttached waits until the process serving p has attached more than
 // attaches times since it started (a new worker: 0).
 func (p *hsProxy) AwaitAttached(t *testing.T, attaches int) {
 	t.Helper()
@@ -132,7 +127,7 @@ func (p *hsProxy) AwaitAttached(t *testing.T, attaches int) {
 	})
 }
 
-// stats returns what /dthrottle-stats shows: the counters of the worker
+// Stats returns what /dthrottle-stats shows: the counters of the worker
 // that answered.
 func (p *hsProxy) Stats(t *testing.T) string {
 	t.Helper()
@@ -143,7 +138,7 @@ func (p *hsProxy) Stats(t *testing.T) string {
 	return strings.TrimSpace(body)
 }
 
-// statsField returns the value of the counter name in stats.
+// StatsField returns the value of the counter name in stats.
 func (p *hsProxy) StatsField(t *testing.T, name string) int {
 	t.Helper()
 	for _, f := range strings.Fields(p.Stats(t)) {
@@ -157,7 +152,7 @@ func (p *hsProxy) StatsField(t *testing.T, name string) int {
 	return 0
 }
 
-// output returns what HAProxy has logged.
+// Output returns what HAProxy has logged.
 func (p *hsProxy) Output() string {
 	b, _ := os.ReadFile(p.Log)
 	return string(b)
@@ -188,7 +183,7 @@ func (p *hsProxy) workers(t *testing.T) []int {
 	return pids
 }
 
-// worker returns the pid of the master's one worker, waiting for the
+// Worker returns the pid of the master's one worker, waiting for the
 // others (a reload's former worker) to leave.
 func (p *hsProxy) Worker(t *testing.T) int {
 	t.Helper()
@@ -219,7 +214,7 @@ func hsEscape(tag string) string {
 // on a worker that a reload retired.
 var hsClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
-// hsGet fetches u, with X-Tag: the escaped tag when header is set, and
+// HSGet fetches u, with X-Tag: the escaped tag when header is set, and
 // returns the response, its body read.
 func HSGet(u, tag string, header bool) (*http.Response, error) {
 	req, err := http.NewRequest(http.MethodGet, u, nil)
@@ -237,7 +232,7 @@ func HSGet(u, tag string, header bool) (*http.Response, error) {
 	return res, nil
 }
 
-// statuses sends n requests for tag and returns their statuses.
+// Statuses sends n requests for tag and returns their statuses.
 func (p *hsProxy) Statuses(t *testing.T, tag string, n int) string {
 	t.Helper()
 	var got []string
@@ -251,7 +246,7 @@ func (p *hsProxy) Statuses(t *testing.T, tag string, n int) string {
 	return strings.Join(got, " ")
 }
 
-// signalWorker sends sig to p's worker.
+// SignalWorker sends sig to p's worker.
 func (p *hsProxy) SignalWorker(t *testing.T, sig syscall.Signal) int {
 	t.Helper()
 	pid := p.Worker(t)
@@ -259,7 +254,7 @@ func (p *hsProxy) SignalWorker(t *testing.T, sig syscall.Signal) int {
 	return pid
 }
 
-// sharedDecided returns what d decided in all, in process included.
+// SharedDecided returns what d decided in all, in process included.
 func SharedDecided(t *testing.T, d *Daemon) float64 {
 	t.Helper()
 	_, decided := SharedCounts(t, d)
