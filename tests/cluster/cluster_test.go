@@ -1,0 +1,227 @@
+package cluster
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dthrottle/dthrottle/internal/netns"
+	"github.com/dthrottle/dthrottle/tests/harness"
+)
+
+// The cluster tests run real dthrottled processes gossiping inside a user
+// and network namespace each test creates (internal/netns): nothing they
+// send reaches the host's interfaces.
+
+const clusterBase = `
+[listen]
+unix = "%SOCK%"
+[limit]
+rate = 0.001
+burst = 1000
+[gossip]
+`
+
+// clusterBurst is the burst above: large enough that a node polled for a
+// probe tag never runs out of its own tokens before a report arrives.
+const clusterBurst = 1000
+
+// startNode starts one daemon of a cluster with the given [gossip] keys.
+func startNode(t *testing.T, gossip string) *harness.Daemon {
+	t.Helper()
+	return harness.StartDaemon(t, clusterBase+gossip)
+}
+
+// ask sends one query over a fresh connection and returns the answer.
+func ask(t *testing.T, sock, tag string) bool {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte(tag + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 3)
+	if _, err := harness.ReadFull(c, buf); err != nil {
+		t.Fatalf("query %q on %s: %v", tag, sock, err)
+	}
+	switch string(buf) {
+	case "OK\n":
+		return true
+	case "NO\n":
+		return false
+	}
+	t.Fatalf("query %q: reply %q", tag, buf)
+	return false
+}
+
+// spend uses up each tag's whole burst on a node, pipelined.
+func spend(t *testing.T, d *harness.Daemon, tags ...string) {
+	t.Helper()
+	for _, tag := range tags {
+		in := strings.Repeat(tag+"\n", clusterBurst+1)
+		want := strings.Repeat("OK\n", clusterBurst) + "NO\n"
+		if got := pipeline(t, d.Sock, in); got != want {
+			t.Fatalf("spending %s on a fresh node: %d OK, want %d then NO", tag, strings.Count(got, "OK"), clusterBurst)
+		}
+	}
+}
+
+// pipeline writes in on one connection, half-closes it and returns every
+// reply.
+func pipeline(t *testing.T, sock, in string) string {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte(in)); err != nil {
+		t.Fatal(err)
+	}
+	c.(*net.UnixConn).CloseWrite()
+	out, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("reading replies: %v", err)
+	}
+	return string(out)
+}
+
+// awaitRefused asks d for probe until it is refused, which shows the
+// report carrying probe has arrived, and fails after within.
+func awaitRefused(t *testing.T, d *harness.Daemon, probe string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for ask(t, d.Sock, probe) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still served on %s after %v: no report arrived\n%s", probe, d.Sock, within, d.Stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkConverged spends tags on from, then checks every other node
+// refuses them once the report arrived: probe with one tag, then the
+// other must be refused at its first query. The check is spent before the
+// probe, so that it was reported with the probe or before it, whenever
+// the node's report falls between the two.
+func checkConverged(t *testing.T, from *harness.Daemon, others []*harness.Daemon, within time.Duration) {
+	t.Helper()
+	var tags []string
+	for i := range others {
+		tags = append(tags, fmt.Sprintf("check-%p-%d", from, i), fmt.Sprintf("probe-%p-%d", from, i))
+	}
+	spend(t, from, tags...)
+	for i, d := range others {
+		check, probe := tags[2*i], tags[2*i+1]
+		awaitRefused(t, d, probe, within)
+		if ask(t, d.Sock, check) {
+			t.Fatalf("node %d served %s, spent on another node before the probe and reported with it or before", i+1, check)
+		}
+	}
+}
+
+func TestClusterMulticast(t *testing.T) {
+	if !netns.Run(t) {
+		return
+	}
+	gossip := "interval = \"200ms\"\ngroup = \"239.255.77.77:7777\"\n"
+	nodes := []*harness.Daemon{startNode(t, gossip), startNode(t, gossip), startNode(t, gossip)}
+	checkConverged(t, nodes[0], nodes[1:], 5*time.Second)
+	checkConverged(t, nodes[2], nodes[:2], 5*time.Second)
+	// A daemon in another group hears none of it.
+	lone := startNode(t, "interval = \"200ms\"\ngroup = \"239.255.77.78:7777\"\n")
+	spend(t, nodes[1], "elsewhere")
+	awaitRefused(t, nodes[0], "elsewhere", 5*time.Second)
+	if !ask(t, lone.Sock, "elsewhere") {
+		t.Fatal("a daemon in another group applied the report")
+	}
+}
+
+func TestClusterUnicast(t *testing.T) {
+	if !netns.Run(t) {
+		return
+	}
+	addrs := []string{"127.0.0.1:7801", "127.0.0.1:7802", "127.0.0.1:7803"}
+	var nodes []*harness.Daemon
+	for i, a := range addrs {
+		var peers []string
+		for j, p := range addrs {
+			if j != i {
+				peers = append(peers, fmt.Sprintf("%q", p))
+			}
+		}
+		nodes = append(nodes, startNode(t, fmt.Sprintf("interval = \"200ms\"\nbind = %q\npeers = [%s]\n", a, strings.Join(peers, ", "))))
+	}
+	checkConverged(t, nodes[1], []*harness.Daemon{nodes[0], nodes[2]}, 5*time.Second)
+}
+
+func TestClusterWrongSecret(t *testing.T) {
+	if !netns.Run(t) {
+		return
+	}
+	dir := t.TempDir()
+	secret := func(name, key string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(key+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good, wrong := secret("good", "correct horse battery staple"), secret("wrong", "not the cluster's secret")
+	gossip := "interval = \"200ms\"\ngroup = \"239.255.77.77:7777\"\nsecret_file = %q\n[admin]\nhttp = \"127.0.0.1:0\"\n"
+	a, b := startNode(t, fmt.Sprintf(gossip, good)), startNode(t, fmt.Sprintf(gossip, good))
+	intruder := startNode(t, fmt.Sprintf(gossip, wrong))
+	checkConverged(t, a, []*harness.Daemon{b}, 5*time.Second)
+	// The intruder drops the cluster's reports and says so...
+	intruder.AwaitLog(t, "without a valid signature")
+	if !ask(t, intruder.Sock, fmt.Sprintf("check-%p-0", a)) {
+		t.Fatal("a node with the wrong secret applied the cluster's report")
+	}
+	// ...and the cluster drops the intruder's.
+	spend(t, intruder, "forged")
+	a.AwaitLog(t, "without a valid signature")
+	if !ask(t, a.Sock, "forged") || !ask(t, b.Sock, "forged") {
+		t.Fatal("the cluster applied a report signed with the wrong secret")
+	}
+	// The counters and the peers view show it.
+	fams := harness.Scrape(t, a.AdminAddr(t))
+	if got := harness.Metric(t, fams, "dthrottle_gossip_packets_dropped_total", "reason=auth"); got < 1 {
+		t.Errorf("auth drops counted on a: %v", got)
+	}
+	if got := harness.Metric(t, fams, "dthrottle_gossip_peers"); got != 1 {
+		t.Errorf("a hears %v peers, want 1 (b; not the intruder)", got)
+	}
+	code, body := harness.HTTPDo(t, "GET", "http://"+a.AdminAddr(t)+"/v1/peers")
+	if code != 200 || strings.Count(body, `"node"`) != 1 || !strings.Contains(body, `"fingerprint_match":true`) {
+		t.Errorf("/v1/peers on a: %d %s", code, body)
+	}
+}
+
+// TestClusterStopSendsLastHits: with reports an hour apart, the only
+// report a node sends is the one on SIGTERM, and it carries every hit.
+func TestClusterStopSendsLastHits(t *testing.T) {
+	if !netns.Run(t) {
+		return
+	}
+	gossip := "interval = \"1h\"\ngroup = \"239.255.77.77:7777\"\n"
+	a, b := startNode(t, gossip), startNode(t, gossip)
+	spend(t, a, "probe", "check")
+	if !ask(t, b.Sock, "other") {
+		t.Fatal("fresh tag refused")
+	}
+	a.Stop(t)
+	awaitRefused(t, b, "probe", 5*time.Second)
+	if ask(t, b.Sock, "check") {
+		t.Fatal("a stopped node's last hits did not all arrive")
+	}
+}
