@@ -130,6 +130,7 @@ func okNO(ok bool) string {
 // then hold the description's level (-8+5 at its t=5.1, -3.5 at T0+4.5),
 // refuse at T0+5.2 and until T0+9, and serve C again after.
 func TestSpecTimelineRealDaemons(t *testing.T) {
+	harness.Alone(t)
 	if !netns.Run(t) {
 		return
 	}

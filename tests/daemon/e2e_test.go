@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,12 +31,7 @@ func TestNcBurst(t *testing.T) {
 }
 
 func TestNcTCP(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(harness.FreePort(t)))
 	d := harness.StartDaemon(t, strings.Replace(harness.Burst3, "[listen]\n", fmt.Sprintf("[listen]\ntcp = %q\n", addr), 1))
 	host, port, _ := net.SplitHostPort(addr)
 	got := harness.NC(t, "t\nt\nt\nt\n", host, port)

@@ -159,15 +159,6 @@ func Must(t *testing.T, err error) {
 	}
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	Must(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // lookupGID returns the primary group of user name.
 func lookupGID(t *testing.T, name string) string {
 	t.Helper()

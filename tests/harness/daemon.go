@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -86,12 +87,8 @@ func PinPort(t *testing.T, config, key string) (string, string) {
 	if m == nil {
 		return config, ""
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort(config[m[2]:m[3]], "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	host := config[m[2]:m[3]]
+	addr := net.JoinHostPort(host, strconv.Itoa(pickPort(t, host)))
 	return config[:m[0]] + fmt.Sprintf("%s = %q", key, addr) + config[m[1]:], addr
 }
 

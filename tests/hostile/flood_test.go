@@ -29,6 +29,7 @@ var fullFlood = os.Getenv("DTHROTTLE_FLOOD") == "full"
 // all open. It reports the daemon's memory per connection, idle and once
 // used.
 func TestFloodIdleConns(t *testing.T) {
+	harness.Alone(t)
 	n := connsAllowed(t, 10000)
 	d, admin, eps := startBadInput(t, n)
 	pid := d.Cmd.Process.Pid
@@ -96,6 +97,7 @@ func TestFloodIdleConns(t *testing.T) {
 // try a second instead of spinning, those served are still answered, and
 // once connections close the waiting ones are accepted and served.
 func TestFloodOutOfFiles(t *testing.T) {
+	harness.Alone(t)
 	prlimit := harness.RequireTool(t, "prlimit")
 	const limit = 64
 	dir := t.TempDir()
@@ -170,6 +172,7 @@ http = "127.0.0.1:0"
 // each pipeline 100 requests for its own tag at once: 1,000,000 in all,
 // each reply checked (burst 50: 50 OK then 50 NO per connection).
 func TestFloodConns(t *testing.T) {
+	harness.Alone(t)
 	const perConn = 100
 	conns := connsAllowed(t, 10000)
 	d := harness.StartDaemon(t, fmt.Sprintf(floodConfig, conns, 1000000))
@@ -286,6 +289,7 @@ func floodTags(c net.Conn, from, to uint64) error {
 // reached. Reduced: 300,000 tags against 50,000. Full (DTHROTTLE_FLOOD=full):
 // 10,000,000 against 1,000,000.
 func TestFloodTags(t *testing.T) {
+	harness.Alone(t)
 	total, maxTags, step := uint64(300000), uint64(50000), uint64(25000)
 	if fullFlood {
 		total, maxTags, step = 10000000, 1000000, 500000

@@ -55,6 +55,7 @@ const rlsRequestTimeout = 5 * time.Second
 // does not hold back); the refusals and the closed connections are
 // counted; and the service answers an ordinary client afterwards.
 func TestRLSStalledClients(t *testing.T) {
+	harness.Alone(t)
 	const perConn = 110
 	n := connsAllowed(t, 1000)
 	harness.RequireRLS(t, rlsStallConfig)

@@ -62,6 +62,7 @@ type fams = map[string]*dto.MetricFamily
 // that never read (measureUnread); docs/http-endpoint.md states the
 // figures.
 func TestHTTPUnreadClients(t *testing.T) {
+	harness.Alone(t)
 	measureUnread(t, unreadWay{
 		section: "[http]",
 		metric:  "http",
@@ -79,6 +80,7 @@ func TestHTTPUnreadClients(t *testing.T) {
 // and then never read (measureUnread); docs/haproxy-spoe.md states the
 // figures.
 func TestSPOEUnreadClients(t *testing.T) {
+	harness.Alone(t)
 	measureUnread(t, unreadWay{
 		section: "[spoe]",
 		metric:  "spoe",
