@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/limits"
 	"github.com/dthrottle/dthrottle/internal/shortdur"
 )
 
@@ -68,7 +68,7 @@ var rules = map[string]rule{
 	"limit.burst":    {span: &span{lo: 1, hi: maxBurst}},
 	"limit.max_tags": {span: &span{lo: 1, hi: maxMaxTags}},
 
-	"policy":        {text: fmt.Sprintf("at most %d policies", bucket.MaxPolicies)},
+	"policy":        {text: fmt.Sprintf("at most %d policies", limits.MaxPolicies)},
 	"policy.name":   {text: "unique among the policies", dflt: "the prefix"},
 	"policy.prefix": {text: "not empty, no newline, unique among the policies", dflt: "none: required"},
 	"policy.rate":   {span: tokensPerSecond, text: `with action "limit"; unused otherwise`, dflt: `none: required for "limit"`},
