@@ -29,32 +29,37 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"math"
 	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/dthrottle/dthrottle/internal/limits"
 )
 
-// Hard limits of a Config, which the config file is validated against.
+// Hard limits of a Config, which the config file is validated against
+// (package limits holds those the configuration shares).
 const (
 	// MinTagBytes is the least MaxTagBytes: a digest key is the tag's
 	// first MaxTagBytes-31 bytes and 32 bytes of SHA-256.
-	MinTagBytes = 64
+	MinTagBytes = limits.MinTagBytes
 	// MaxTagBytesLimit is the most MaxTagBytes: the largest record the
 	// arena makes holds a digest key at this, MaxTagBytesLimit+1 bytes,
 	// the longest key any table keeps.
 	MaxTagBytesLimit = 1 << 16
 	// MaxPolicies is the most prefix policies a table holds: a record
 	// keeps its policy's index, the default's included, in 16 bits.
-	MaxPolicies = math.MaxUint16 - 1
+	MaxPolicies = limits.MaxPolicies
 	// MaxBurst is the largest burst a configuration gives a policy, and
 	// so the most tokens one query may cost: a cost above the burst could
 	// never be served.
-	MaxBurst = 1000000
+	MaxBurst = limits.MaxBurst
 )
+
+// A tag as long as the longest line fits the table.
+var _ [MaxTagBytesLimit - limits.MaxLine]struct{}
 
 // MaxKeyBytes is the longest key a table with the given MaxTagBytes
 // keeps: a digest key, MaxTagBytes-31 bytes of the tag and 32 of SHA-256.

@@ -14,11 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
-
-	"github.com/dthrottle/dthrottle/internal/gossip"
-	"github.com/dthrottle/dthrottle/internal/ways/httpapi"
-	"github.com/dthrottle/dthrottle/internal/ways/protocol"
-	"github.com/dthrottle/dthrottle/internal/ways/spoe"
 )
 
 // Policy actions. A [Policy] with an empty Action behaves as ActionLimit.
@@ -228,15 +223,15 @@ func (d Duration) MarshalText() ([]byte, error) {
 func Default() Config {
 	return Config{
 		Listen: Listen{
-			Unix:        DefaultUnixPath(),        // per-user path, writable without root
-			UnixMode:    "0660",                   // owner and group may connect
-			UnixGroup:   "",                       // keep the daemon's own group
-			TCP:         "",                       // no TCP listener
-			ChargeUnix:  "",                       // no charge socket
-			ChargeTCP:   "",                       // no charge socket over TCP
-			MaxConns:    protocol.DefaultMaxConns, // connections open at once
-			MaxTagBytes: 256,                      // longer tags are keyed by a digest
-			ShareTable:  true,                     // processes on the Unix socket may decide in process
+			Unix:        DefaultUnixPath(), // per-user path, writable without root
+			UnixMode:    "0660",            // owner and group may connect
+			UnixGroup:   "",                // keep the daemon's own group
+			TCP:         "",                // no TCP listener
+			ChargeUnix:  "",                // no charge socket
+			ChargeTCP:   "",                // no charge socket over TCP
+			MaxConns:    10000,             // connections open at once
+			MaxTagBytes: 256,               // longer tags are keyed by a digest
+			ShareTable:  true,              // processes on the Unix socket may decide in process
 		},
 		Limit: Limit{
 			Rate:    1.0,     // one request per second per tag, long run
@@ -245,21 +240,21 @@ func Default() Config {
 		},
 		Policy: nil, // every tag gets Limit
 		Gossip: Gossip{
-			Interval:   Duration{gossip.DefaultInterval}, // report hits every second
-			Group:      "",                               // no multicast: nothing leaves the host
-			Interface:  "",                               // kernel's choice, if a group is set
-			TTL:        1,                                // multicast stays on the local network
-			Peers:      nil,                              // no unicast peers
-			Bind:       ":7777",                          // unicast reports arrive here, if peers are set
-			SecretFile: "",                               // unsigned reports
-			MaxPacket:  gossip.DefaultMaxPacket,          // fits a 1500-byte Ethernet MTU
-			WarmStart:  true,                             // ask the peers for their table on start
-			MaxPeers:   1000,                             // learn up to a thousand peers (with a secret)
-			Partition:  PartitionWhole,                   // each part of a split cluster holds the whole rate
+			Interval:   Duration{time.Second}, // report hits every second
+			Group:      "",                    // no multicast: nothing leaves the host
+			Interface:  "",                    // kernel's choice, if a group is set
+			TTL:        1,                     // multicast stays on the local network
+			Peers:      nil,                   // no unicast peers
+			Bind:       ":7777",               // unicast reports arrive here, if peers are set
+			SecretFile: "",                    // unsigned reports
+			MaxPacket:  1400,                  // fits a 1500-byte Ethernet MTU with room for IP, UDP and tunnel headers
+			WarmStart:  true,                  // ask the peers for their table on start
+			MaxPeers:   1000,                  // learn up to a thousand peers (with a secret)
+			Partition:  PartitionWhole,        // each part of a split cluster holds the whole rate
 			// A silent peer's share is kept away a minute: long enough for
 			// most splits to heal, short enough for a crashed node's share
 			// to come back soon.
-			ForgetAfter: Duration{gossip.DefaultForgetAfter},
+			ForgetAfter: Duration{time.Minute},
 		},
 		Relay: Relay{
 			Mode:  RelayOff, // every node reports to every peer
@@ -271,20 +266,20 @@ func Default() Config {
 			HTTP: "", // no admin endpoint
 		},
 		HTTP: HTTP{
-			Listen:       "",                      // no HTTP decision endpoint
-			MaxConns:     httpapi.DefaultMaxConns, // proxies keep a few keep-alive connections each
-			RefuseStatus: 403,                     // what nginx's auth_request accepts as a refusal
+			Listen:       "",   // no HTTP decision endpoint
+			MaxConns:     1024, // proxies keep a few keep-alive connections each
+			RefuseStatus: 403,  // what nginx's auth_request accepts as a refusal
 		},
 		SPOE: SPOE{
-			Listen:   "",                   // no SPOE agent
-			MaxConns: spoe.DefaultMaxConns, // HAProxy opens a few per thread
+			Listen:   "",   // no SPOE agent
+			MaxConns: 1024, // HAProxy opens a few per thread
 		},
 		RLS: RLS{
 			Listen:      "",                 // no rate limit service
-			MaxConns:    1024,               // Envoy opens one or a few per worker thread (rls.DefaultMaxConns)
-			MaxRequests: 1024,               // a loaded Envoy has a few in flight; each held costs some 4 KiB (rls.DefaultMaxRequests)
+			MaxConns:    1024,               // Envoy opens one or a few per worker thread
+			MaxRequests: 1024,               // a loaded Envoy has a few in flight; each held costs some 4 KiB
 			Unmatched:   UnmatchedLimit,     // under [limit], as every tag
-			ChargeKey:   "dthrottle_charge", // rls.DefaultChargeKey
+			ChargeKey:   "dthrottle_charge", // the entry key that makes a descriptor a charge
 		},
 		Log: Log{
 			Format: "text", // key=value lines

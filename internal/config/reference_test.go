@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/shortdur"
 )
 
 // This file generates the configuration reference of docs/configuration.md
@@ -144,7 +146,7 @@ func allowed(k kind, r rule) string {
 func tomlValue(v reflect.Value) string {
 	switch {
 	case v.Type() == reflect.TypeFor[Duration]():
-		return strconv.Quote(shortDuration(v.Interface().(Duration).Duration))
+		return strconv.Quote(shortdur.Format(v.Interface().(Duration).Duration))
 	case v.Kind() == reflect.String:
 		return strconv.Quote(v.String())
 	case v.Kind() == reflect.Int:

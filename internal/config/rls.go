@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"strings"
+
+	"github.com/dthrottle/dthrottle/internal/limits"
 )
 
 // RLS configures the rate limit service for Envoy
@@ -28,7 +30,7 @@ const (
 const (
 	maxRLSConns     = 100000
 	maxRLSRequests  = 100000
-	maxRLSChargeKey = 1024 // the longest entry key the service accepts (rls.MaxStringBytes)
+	maxRLSChargeKey = limits.MaxRLSString // the longest entry key the service accepts
 )
 
 // validateRLS checks the rate limit service's keys: its listener is a

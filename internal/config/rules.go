@@ -8,7 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/limits"
+	"github.com/dthrottle/dthrottle/internal/shortdur"
 )
 
 // This file declares, once, what each key may hold. Validate checks a
@@ -67,7 +68,7 @@ var rules = map[string]rule{
 	"limit.burst":    {span: &span{lo: 1, hi: maxBurst}},
 	"limit.max_tags": {span: &span{lo: 1, hi: maxMaxTags}},
 
-	"policy":        {text: fmt.Sprintf("at most %d policies", bucket.MaxPolicies)},
+	"policy":        {text: fmt.Sprintf("at most %d policies", limits.MaxPolicies)},
 	"policy.name":   {text: "unique among the policies", dflt: "the prefix"},
 	"policy.prefix": {text: "not empty, no newline, unique among the policies", dflt: "none: required"},
 	"policy.rate":   {span: tokensPerSecond, text: `with action "limit"; unused otherwise`, dflt: `none: required for "limit"`},
@@ -166,26 +167,13 @@ func number(k kind, v float64) string {
 	case kindInt:
 		return strconv.FormatInt(int64(v), 10)
 	case kindDuration:
-		return shortDuration(time.Duration(v))
+		return shortdur.Format(time.Duration(v))
 	}
 	if math.Abs(v) >= 1e6 {
 		s := strconv.FormatFloat(v, 'g', -1, 64) // 1e+09
 		return strings.Replace(strings.Replace(s, "e+0", "e", 1), "e+", "e", 1)
 	}
 	return strconv.FormatFloat(v, 'f', -1, 64)
-}
-
-// shortDuration writes d as time.ParseDuration reads it, without the zero
-// units Duration.String adds: "1h", not "1h0m0s".
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
 
 // intRange checks an integer key against its span.

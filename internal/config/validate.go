@@ -11,10 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dthrottle/dthrottle/internal/bucket"
-	"github.com/dthrottle/dthrottle/internal/gossip"
-	"github.com/dthrottle/dthrottle/internal/gossip/wire"
-	"github.com/dthrottle/dthrottle/internal/ways/protocol"
+	"github.com/dthrottle/dthrottle/internal/limits"
 )
 
 // Allowed ranges, used by the rules of rules.go, which Validate checks and
@@ -23,16 +20,16 @@ import (
 const (
 	minRate        = 1e-6            // tokens per second: one per 11.6 days
 	maxRate        = 1e9             // tokens per second
-	maxBurst       = bucket.MaxBurst // tokens
+	maxBurst       = limits.MaxBurst // tokens
 	maxMaxTags     = 100000000
 	maxMaxConns    = 1000000
-	minMaxTagBytes = bucket.MinTagBytes
-	maxMaxTagBytes = protocol.MaxLine // a longer line closes the connection anyway
+	minMaxTagBytes = limits.MinTagBytes
+	maxMaxTagBytes = limits.MaxLine // a longer line closes the connection anyway
 	minInterval    = 10 * time.Millisecond
 	maxInterval    = time.Hour
 	maxTTL         = 255
-	minMaxPacket   = wire.MinPacket // every IPv4 host accepts 576-byte datagrams
-	maxMaxPacket   = 65000          // a round figure under wire.MaxPacket, the UDP payload limit
+	minMaxPacket   = limits.MinPacket // every IPv4 host accepts 576-byte datagrams
+	maxMaxPacket   = 65000            // a round figure under limits.MaxPacket, the UDP payload limit
 	maxMaxPeers    = 100000
 	maxUnixPath    = 107 // sun_path holds 108 bytes with the final NUL
 	maxIfName      = 15  // IFNAMSIZ less the final NUL
@@ -40,11 +37,8 @@ const (
 	maxForgetAfter = time.Hour
 )
 
-// The user-facing bounds must lie within the wire format's and the table's.
-var (
-	_ [wire.MaxPacket - maxMaxPacket]struct{}
-	_ [bucket.MaxTagBytesLimit - maxMaxTagBytes]struct{}
-)
+// The user-facing bounds must lie within the wire format's.
+var _ [limits.MaxPacket - maxMaxPacket]struct{}
 
 // Validate checks every value of c and returns an *Error for the first bad
 // one, naming the key, its value and its allowed range, such as
@@ -101,8 +95,8 @@ func (c *Config) validateLimit() *Error {
 }
 
 func (c *Config) validatePolicies() *Error {
-	if len(c.Policy) > bucket.MaxPolicies {
-		return bad(key("policy"), strconv.Itoa(len(c.Policy))+" policies", fmt.Sprintf("must be at most %d", bucket.MaxPolicies))
+	if len(c.Policy) > limits.MaxPolicies {
+		return bad(key("policy"), strconv.Itoa(len(c.Policy))+" policies", fmt.Sprintf("must be at most %d", limits.MaxPolicies))
 	}
 	prefixes := map[string]string{} // prefix -> label of the policy that has it
 	names := map[string]string{}
@@ -192,7 +186,7 @@ func (c *Config) validateGossip() *Error {
 	if e := durationRange(key("gossip", "forget_after"), g.ForgetAfter.Duration); e != nil {
 		return e
 	}
-	if silent := gossip.SilentAfter(g.Interval.Duration); c.Shares() && g.ForgetAfter.Duration <= silent {
+	if silent := limits.SilentAfter(g.Interval.Duration); c.Shares() && g.ForgetAfter.Duration <= silent {
 		return bad(key("gossip", "forget_after"), quote(g.ForgetAfter.String()),
 			fmt.Sprintf("must be longer than the silence timeout, %v at this interval, when a policy is under \"share\"", silent))
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/limits"
 )
 
 func TestValidateRanges(t *testing.T) {
@@ -188,14 +188,14 @@ func TestValidateLines(t *testing.T) {
 
 func TestValidateTooManyPolicies(t *testing.T) {
 	c := Default()
-	for i := range bucket.MaxPolicies + 1 {
+	for i := range limits.MaxPolicies + 1 {
 		c.Policy = append(c.Policy, Policy{Prefix: "p" + strconv.Itoa(i) + ":", Rate: 1, Burst: 1})
 	}
 	err := c.Validate()
 	if err == nil || !strings.Contains(err.Error(), "must be at most 65534") {
 		t.Fatalf("validating %d policies: %v", len(c.Policy), err)
 	}
-	c.Policy = c.Policy[:bucket.MaxPolicies]
+	c.Policy = c.Policy[:limits.MaxPolicies]
 	if err := c.Validate(); err != nil {
 		t.Fatalf("validating %d policies: %v", len(c.Policy), err)
 	}

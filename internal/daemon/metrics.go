@@ -3,6 +3,7 @@ package daemon
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dthrottle/dthrottle/internal/bucket/tablemetric"
 	"github.com/dthrottle/dthrottle/internal/gossip/transport"
 	"github.com/dthrottle/dthrottle/internal/metric"
 	"github.com/dthrottle/dthrottle/internal/state"
@@ -19,7 +20,7 @@ import (
 // file follows reloads, and its collector asks at each scrape. The gossip
 // node's families are the admin endpoint's, read from its Snapshot.
 func (d *Daemon) collectors() []prometheus.Collector {
-	cs := []prometheus.Collector{d.collector(), d.table.Collector(), state.NewCollector(d.stateMetrics)}
+	cs := []prometheus.Collector{d.collector(), tablemetric.NewCollector(d.table), state.NewCollector(d.stateMetrics)}
 	for _, w := range d.ways {
 		cs = append(cs, w.metrics)
 	}

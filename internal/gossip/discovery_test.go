@@ -41,7 +41,7 @@ func joinThroughOneSeed(t *testing.T, key []byte) {
 			max = 10
 		}
 		tr.SetLearning(max) // the node gives it its silence timeout
-		n, err := NewNode(Config{Interval: interval, Key: key, Discovery: tr,
+		n, err := newNode(Config{Interval: interval, Key: key, Discovery: tr,
 			Drain: func(dst []Hit) []Hit { return dst }, Apply: func(time.Time, []Hit) {}}, tr)
 		if err != nil {
 			t.Fatal(err)
@@ -136,7 +136,7 @@ func (s *silenceRecorder) SilentAfter(d time.Duration) { s.got = append(s.got, d
 // every update, so nobody else derives it.
 func TestNodeGivesDiscoveryItsSilence(t *testing.T) {
 	rec := &silenceRecorder{}
-	n, err := NewNode(Config{Interval: time.Second, Discovery: rec,
+	n, err := newNode(Config{Interval: time.Second, Discovery: rec,
 		Drain: func(dst []Hit) []Hit { return dst }, Apply: func(time.Time, []Hit) {}},
 		transport.NewMemNetwork(transport.MemConfig{}, nil).Join("a"))
 	if err != nil {

@@ -25,12 +25,6 @@ import (
 // this segment is heard, as missing otherwise. Relays of other segments
 // are not counted: a segment's share is of the nodes it hears.
 
-// DefaultForgetAfter is how long a silent peer keeps its share of the
-// rate away from the nodes that still hear each other: long enough for
-// the split it was lost in to heal, short enough that a crashed node's
-// share returns within a minute.
-const DefaultForgetAfter = time.Minute
-
 // Members is who a node counts in its cluster at one instant. A plain
 // value; the zero Members counts no peer, and its Share of 0 stands for 1.
 type Members struct {
@@ -57,11 +51,11 @@ type members struct {
 }
 
 // SetForgetAfter changes how long a silent peer stays missing before it
-// is forgotten, from the next check on (a reload). d <= 0 means
-// DefaultForgetAfter.
+// is forgotten, from the next check on (a reload). d <= 0 changes
+// nothing.
 func (n *Node) SetForgetAfter(d time.Duration) {
 	if d <= 0 {
-		d = DefaultForgetAfter
+		return
 	}
 	n.mu.Lock()
 	n.members.forgetAfter = d
@@ -87,9 +81,6 @@ func (n *Node) membersAt(now time.Time) Members {
 	infos := n.peers.Sorted()
 	silent, forget := n.cfg.SilentAfter, n.members.forgetAfter
 	n.mu.Unlock()
-	if forget <= 0 {
-		forget = DefaultForgetAfter
-	}
 	infos = n.relay.MarkPeers(infos)
 	relayHeard := false
 	for _, p := range infos {

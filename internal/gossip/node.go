@@ -26,13 +26,14 @@ type Hit = wire.Hit
 // as a snapshot answer carries it (wire.Level, the table's bucket.Level).
 type Level = wire.Level
 
-// Config describes a Node. Drain and Apply are required; the rest have
-// defaults.
+// Config describes a Node. Drain, Apply, Interval, MaxPacket and
+// ForgetAfter are required (dthrottled gives its [gossip] values); the
+// rest have defaults.
 type Config struct {
-	// Interval between reports. Default DefaultInterval.
+	// Interval between reports, > 0.
 	Interval time.Duration
 	// MaxPacket is the largest datagram sent, in bytes, from
-	// wire.MinPacket to wire.MaxPacket. Default DefaultMaxPacket.
+	// wire.MinPacket to wire.MaxPacket.
 	MaxPacket int
 	// Key, when set, signs every datagram with HMAC-SHA256 and drops any
 	// received without a valid signature.
@@ -78,7 +79,7 @@ type Config struct {
 	HeardTop func(node uint64, now time.Time, r wire.TopReport)
 	// ForgetAfter is how long a silent peer is missing before it is
 	// forgotten; Members, when set, is given the membership whenever it
-	// changes (members.go). Default DefaultForgetAfter.
+	// changes (members.go). Required, > 0.
 	ForgetAfter time.Duration
 	Members     func(Members)
 	// Logger; nil discards.
@@ -134,10 +135,10 @@ func NewNode(cfg Config, t transport.Transport) (*Node, error) {
 		return nil, errors.New("gossip: Drain and Apply are required")
 	}
 	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultInterval
+		return nil, fmt.Errorf("gossip: interval must be > 0, got %v", cfg.Interval)
 	}
-	if cfg.MaxPacket == 0 {
-		cfg.MaxPacket = DefaultMaxPacket
+	if cfg.ForgetAfter <= 0 {
+		return nil, fmt.Errorf("gossip: forget after must be > 0, got %v", cfg.ForgetAfter)
 	}
 	if err := checkMaxPacket(cfg.MaxPacket); err != nil {
 		return nil, err

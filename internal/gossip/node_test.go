@@ -71,7 +71,7 @@ func newTestNodeWith(t *testing.T, tr *transport.MemTransport, set func(*Config)
 		Logger: slog.New(slog.NewTextHandler(tn.log, nil)),
 	}
 	set(&cfg)
-	n, err := NewNode(cfg, tn.tr)
+	n, err := newNode(cfg, tn.tr)
 	if err != nil {
 		t.Fatal(err)
 	}

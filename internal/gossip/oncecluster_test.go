@@ -69,7 +69,7 @@ func (c *onceCluster) start(name string, warm bool, file []bucket.Level) *onceNo
 		tb.Merge(c.now, 0, file)
 	}
 	on := &onceNode{name: name, table: tb, tr: c.net.Join(name), next: c.now.Add(c.interval)}
-	on.node, err = NewNode(Config{
+	on.node, err = newNode(Config{
 		Since: c.now, Interval: c.interval, SnapshotRate: c.rate,
 		Fingerprint: tb.Fingerprint(),
 		Drain:       tb.Drain,

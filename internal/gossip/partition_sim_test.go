@@ -34,7 +34,7 @@ type splitRun struct {
 
 func defaultSplitRun(policy string) splitRun {
 	return splitRun{policy: policy, rate: 2, burst: 5, interval: time.Second, step: 10 * time.Millisecond,
-		forget: DefaultForgetAfter, split: time.Minute, heal: 90 * time.Second, kill: 2 * time.Minute,
+		forget: testForgetAfter, split: time.Minute, heal: 90 * time.Second, kill: 2 * time.Minute,
 		stop: 210 * time.Second, end: 270 * time.Second}
 }
 

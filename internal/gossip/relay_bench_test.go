@@ -31,7 +31,7 @@ func BenchmarkReceive(b *testing.B) {
 				own = append(own, hits[i])
 			}
 			reportOwn := false
-			n, err := NewNode(Config{
+			n, err := newNode(Config{
 				Since: time.Now().Add(-time.Minute),
 				Drain: func(d []Hit) []Hit {
 					if reportOwn {
@@ -45,7 +45,7 @@ func BenchmarkReceive(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			enc := &wire.Encoder{Node: 7, MaxPacket: DefaultMaxPacket}
+			enc := &wire.Encoder{Node: 7, MaxPacket: testMaxPacket}
 			// The relay is heard before the first report goes to it.
 			if _, err := enc.EncodeRelay(time.Now(), wire.MsgAggregate, nil, func(p []byte) error {
 				n.Receive(transport.Packet{Data: append([]byte(nil), p...), From: "sender", At: time.Now()})

@@ -28,7 +28,7 @@ func BenchmarkReportRoundTrip1M(b *testing.B) {
 	sender, receiver := net.Join("sender"), net.Join("receiver")
 	var drained []bucket.Hit
 	mk := func(tr transport.Transport, table *bucket.Table) *Node {
-		n, err := NewNode(Config{
+		n, err := newNode(Config{
 			Drain: func(d []Hit) []Hit {
 				drained = table.Drain(drained[:0])
 				for _, h := range drained {

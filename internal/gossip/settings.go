@@ -5,22 +5,12 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/gossip/wire"
+	"github.com/dthrottle/dthrottle/internal/limits"
 )
 
 // This file owns a node's settings: kept once, in Node.cfg, checked
 // against the wire format's limits, changed by Update on a reload, and
 // handed to each encoder when it encodes.
-
-// Defaults of Config.MaxPacket and Config.Interval, which config's come
-// from. MaxPacket's bounds are the wire format's (wire.MinPacket,
-// wire.MaxPacket).
-const (
-	// DefaultMaxPacket fits a 1500-byte Ethernet MTU with room for IP, UDP
-	// and tunnel headers.
-	DefaultMaxPacket = 1400
-	// DefaultInterval is the time between reports.
-	DefaultInterval = time.Second
-)
 
 // configure sets e's settings (datagram size, key, fingerprint) to the
 // node's current ones, which Config and Update keep in one place.
@@ -77,6 +67,4 @@ func (n *Node) Update(u Update) error {
 // one.
 func SilentAfter(interval time.Duration) time.Duration { return silentAfter(interval) }
 
-func silentAfter(interval time.Duration) time.Duration {
-	return max(3*interval, interval+time.Second)
-}
+func silentAfter(interval time.Duration) time.Duration { return limits.SilentAfter(interval) }

@@ -69,7 +69,7 @@ func newSim(t *testing.T, n int, pol bucket.Policy, interval time.Duration, mc t
 		for _, opt := range opts {
 			opt(sn, &cfg)
 		}
-		sn.node, err = NewNode(cfg, sn.tr)
+		sn.node, err = newNode(cfg, sn.tr)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -71,7 +71,7 @@ func newWarmNode(t *testing.T, net *transport.MemNetwork, name string, key []byt
 	if w.table.levels == nil {
 		w.table.levels = map[string]float64{}
 	}
-	n, err := NewNode(Config{
+	n, err := newNode(Config{
 		Since: simT0, Interval: time.Second, Key: key, SnapshotRate: rate,
 		Drain:  func(dst []Hit) []Hit { return dst },
 		Apply:  func(time.Time, []Hit) {},

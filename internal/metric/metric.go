@@ -1,9 +1,9 @@
 // Package metric is what the components' Prometheus collectors share: a
 // family (a description and a value type) and a collector that reads its
 // values once per scrape. Each component defines its own families, next
-// to the counters they show (bucket, protocol, httpapi, spoe, state,
-// internal/gossip/transport, internal/daemon), and the admin endpoint registers the
-// collectors it is given.
+// to the counters they show (bucket/tablemetric, serve, protocol,
+// httpapi, spoe, rls, state, internal/gossip/transport, internal/daemon),
+// and the admin endpoint registers the collectors it is given.
 package metric
 
 import (

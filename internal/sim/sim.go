@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/config"
 	"github.com/dthrottle/dthrottle/internal/gossip"
 	"github.com/dthrottle/dthrottle/internal/gossip/wire"
 )
@@ -150,7 +151,7 @@ func Run(cfg Config) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		s.nodes[i] = &node{table: t, enc: wire.Encoder{Node: uint64(i) + 1, MaxPacket: gossip.DefaultMaxPacket},
+		s.nodes[i] = &node{table: t, enc: wire.Encoder{Node: uint64(i) + 1, MaxPacket: config.Default().Gossip.MaxPacket},
 			phase: i * stepsPerInterval / cfg.Nodes}
 	}
 	if s.cfg.RelayEvery <= 0 {

@@ -57,6 +57,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/limits"
 )
 
 // Hit is a tag's key and the hits served for it in one period: the
@@ -131,8 +132,8 @@ const (
 // payload. Since an entry takes at least 3 bytes, a datagram holds fewer
 // than 2^16 of them and a map16 header always suffices.
 const (
-	MinPacket = 512
-	MaxPacket = 65507
+	MinPacket = limits.MinPacket
+	MaxPacket = limits.MaxPacket
 )
 
 var (

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/shortdur"
 )
 
 // The status page at "/": a server-drawn HTML page with no script, which
@@ -135,12 +137,12 @@ func (s *Server) statusPage(now time.Time) statusPage {
 		Node:    "standalone",
 		Uptime:  "-",
 		Now:     now.UTC().Format("2006-01-02 15:04:05 UTC"),
-		Window:  duration(historyStep * historyLen),
-		Step:    duration(historyStep),
+		Window:  shortdur.Format(historyStep * historyLen),
+		Step:    shortdur.Format(historyStep),
 		Tags:    snap.Table.Tags,
 	}
 	if !snap.Started.IsZero() {
-		p.Uptime = duration(now.Sub(snap.Started).Round(time.Second))
+		p.Uptime = shortdur.Format(now.Sub(snap.Started).Round(time.Second))
 	}
 
 	ivs := s.hist.intervals()
@@ -203,7 +205,7 @@ func (s *Server) statusPage(now time.Time) statusPage {
 
 	if s.src.Top != nil {
 		top := s.topDoc(topQuery{by: "refused", scope: "cluster", n: statusTop})
-		sec := &topSection{Window: duration(roundSeconds(top.WindowSeconds)), Nodes: top.Nodes}
+		sec := &topSection{Window: shortdur.Format(roundSeconds(top.WindowSeconds)), Nodes: top.Nodes}
 		for _, tp := range top.Policies {
 			if len(tp.Tags) == 0 {
 				continue
@@ -245,7 +247,7 @@ func drawChart(id, title string, now time.Time, ser series, values [][]float64) 
 			LabelX: chartLeft - 4, LabelY: yy + 4, Label: rate(top * f)})
 	}
 	for m := window; m >= 0; m -= window / 3 {
-		anchor, label := "middle", "-"+duration(m)
+		anchor, label := "middle", "-"+shortdur.Format(m)
 		switch {
 		case m == window:
 			anchor = "start"
@@ -333,24 +335,12 @@ func percentOf(part, total uint64) string {
 	return strconv.FormatFloat(100*float64(part)/float64(total), 'f', 1, 64) + "%"
 }
 
-// duration formats d without needless zero units: 15m, 5s, 1h2m3s.
-func duration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
-
 // since says how long before now t was, or "never" for the zero time.
 func since(now, t time.Time) string {
 	if t.IsZero() {
 		return "never"
 	}
-	return duration(max(now.Sub(t), 0).Round(100*time.Millisecond)) + " ago"
+	return shortdur.Format(max(now.Sub(t), 0).Round(100*time.Millisecond)) + " ago"
 }
 
 func or(s, alt string) string {

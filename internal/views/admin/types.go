@@ -63,7 +63,7 @@ type Sources struct {
 	// Collectors are the metric families /metrics serves besides the
 	// gossip node's (read from Snapshot) and the Go runtime's and the
 	// process's: each component's own, such as the table's
-	// (bucket.Table.Collector) or a way in's, registered as given on the
+	// (tablemetric.NewCollector) or a way in's, registered as given on the
 	// server's own registry. Two collectors describing the same family
 	// make New fail. A collector is called from request goroutines, so it
 	// must be safe for concurrent use.

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dthrottle/dthrottle/internal/metric"
+	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
 
 // This file owns the HTTP decision endpoint's metric families, read from
@@ -22,18 +23,17 @@ func (s *Server) Collector() prometheus.Collector { return newCollector(s.Stats)
 // newCollector reads the counters from stats: the seam for tests.
 func newCollector(stats func() Stats) prometheus.Collector {
 	var (
-		requests    = metric.Counter("http_requests_total", "Requests to the HTTP decision endpoint, by result: allowed (2xx), refused, charged (POST /v1/charge, 204), bad (4xx for their form).", "result")
-		connections = metric.Gauge("http_connections", "HTTP decision endpoint connections open.")
-		rejected    = metric.Counter("http_connections_rejected_total", "HTTP decision endpoint connections refused because its max_conns were open: answered 503, or closed at once past 64 such answers in flight.")
+		requests = metric.Counter("http_requests_total", "Requests to the HTTP decision endpoint, by result: allowed (2xx), refused, charged (POST /v1/charge, 204), bad (4xx for their form).", "result")
+		conns    = serve.NewConnFamilies(serve.Naming{Prefix: "http_", Noun: "HTTP decision endpoint connections", Open: "open",
+			Rejected: "refused because its max_conns were open: answered 503, or closed at once past 64 such answers in flight", NoAccepted: true})
 	)
-	families := []metric.Family{requests, connections, rejected}
+	families := append([]metric.Family{requests}, conns.Families()...)
 	return metric.NewCollector(families, func(emit metric.Emit) {
 		st := stats()
 		emit(requests, float64(st.Allowed), "allowed")
 		emit(requests, float64(st.Refused), "refused")
 		emit(requests, float64(st.Charged), "charged")
 		emit(requests, float64(st.Bad), "bad")
-		emit(connections, float64(st.Active))
-		emit(rejected, float64(st.Rejected))
+		conns.Emit(emit, st.Stats)
 	})
 }

@@ -38,7 +38,6 @@ import (
 
 // Defaults for the zero fields of Config.
 const (
-	DefaultMaxConns          = 1024
 	DefaultRefuseStatus      = http.StatusForbidden
 	DefaultReadHeaderTimeout = 5 * time.Second
 	DefaultIdleTimeout       = 90 * time.Second
@@ -53,10 +52,11 @@ const (
 )
 
 // Config configures a Server. The zero Config is usable: every zero field
-// takes its default.
+// takes its default, and there is no connection limit.
 type Config struct {
 	// MaxConns is the most connections served at once; a connection over
-	// it is answered 503 and closed. Default DefaultMaxConns.
+	// it is answered 503 and closed. 0 or less means no limit (dthrottled
+	// gives its http.max_conns).
 	MaxConns int
 	// RefuseStatus is the status of a refusal: 403 (the default) or 429.
 	RefuseStatus int
@@ -111,9 +111,6 @@ func New(d decide.Decider, cfg Config) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	maxConns := cfg.MaxConns
-	if maxConns <= 0 {
-		maxConns = DefaultMaxConns
-	}
 	s.SetRefuseStatus(cfg.RefuseStatus)
 	s.bufs.New = func() any { b := make([]byte, 0, 256); return &b }
 	h := newConnHandler(&http.Server{

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dthrottle/dthrottle/internal/metric"
+	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
 
 // This file owns the metric families of the query socket, read from
@@ -25,18 +26,15 @@ func newCollector(stats func() Stats) prometheus.Collector {
 	var (
 		requests     = metric.Counter("requests_total", "Requests answered on the query socket, empty tags included.")
 		linesTooLong = metric.Counter("lines_too_long_total", "Query connections closed for a line over the 64 KiB hard cap.")
-		connections  = metric.Gauge("connections", "Query connections being served.")
-		accepted     = metric.Counter("connections_accepted_total", "Query connections taken into service.")
-		rejected     = metric.Counter("connections_rejected_total", "Query connections closed on arrival because max_conns were being served.")
+		conns        = serve.NewConnFamilies(serve.Naming{Noun: "Query connections", Open: "being served",
+			Rejected: "closed on arrival because max_conns were being served"})
 	)
-	families := []metric.Family{requests, linesTooLong, connections, accepted, rejected}
+	families := append([]metric.Family{requests, linesTooLong}, conns.Families()...)
 	return metric.NewCollector(families, func(emit metric.Emit) {
 		st := stats()
 		emit(requests, float64(st.Queries))
 		emit(linesTooLong, float64(st.LineTooLong))
-		emit(connections, float64(st.Active))
-		emit(accepted, float64(st.Accepted))
-		emit(rejected, float64(st.Rejected))
+		conns.Emit(emit, st.Stats)
 	})
 }
 
@@ -58,18 +56,15 @@ func newChargeCollector(stats func() ChargeStats) prometheus.Collector {
 	var (
 		lines        = metric.Counter("charge_lines_total", "Lines answered on the charge socket, by result: ok (charged), bad (malformed).", "result")
 		linesTooLong = metric.Counter("charge_lines_too_long_total", "Charge connections closed for a line over the 64 KiB hard cap.")
-		connections  = metric.Gauge("charge_connections", "Charge connections being served.")
-		accepted     = metric.Counter("charge_connections_accepted_total", "Charge connections taken into service.")
-		rejected     = metric.Counter("charge_connections_rejected_total", "Charge connections closed on arrival because max_conns were being served.")
+		conns        = serve.NewConnFamilies(serve.Naming{Prefix: "charge_", Noun: "Charge connections", Open: "being served",
+			Rejected: "closed on arrival because max_conns were being served"})
 	)
-	families := []metric.Family{lines, linesTooLong, connections, accepted, rejected}
+	families := append([]metric.Family{lines, linesTooLong}, conns.Families()...)
 	return metric.NewCollector(families, func(emit metric.Emit) {
 		st := stats()
 		emit(lines, float64(st.Charged), "ok")
 		emit(lines, float64(st.Bad), "bad")
 		emit(linesTooLong, float64(st.LineTooLong))
-		emit(connections, float64(st.Active))
-		emit(accepted, float64(st.Accepted))
-		emit(rejected, float64(st.Rejected))
+		conns.Emit(emit, st.Stats)
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/limits"
 	"github.com/dthrottle/dthrottle/internal/ways/decide"
 	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
@@ -28,17 +29,15 @@ type Decider interface {
 
 // MaxLine is the hard cap on a request line, in bytes, not counting its
 // '\n'. A connection sending a longer line is closed.
-const MaxLine = 64 << 10
+const MaxLine = limits.MaxLine
 
-// DefaultMaxConns is the connection limit used when Config.MaxConns is 0.
-const DefaultMaxConns = 10000
-
-// Config configures a Server. The zero value is valid: DefaultMaxConns
-// connections, the system clock and no logging.
+// Config configures a Server. The zero value is valid: no connection
+// limit, the system clock and no logging.
 type Config struct {
 	// MaxConns caps the connections served at once, across every listener
-	// given to Serve. 0 means DefaultMaxConns; a negative value means no
-	// limit. A connection over the limit is accepted and closed at once.
+	// given to Serve; 0 or less means no limit (dthrottled gives its
+	// listen.max_conns). A connection over the limit is accepted and
+	// closed at once.
 	MaxConns int
 	// Clock gives the time every decision is taken at, read once per read
 	// from a connection; nil is time.Now.
@@ -91,9 +90,6 @@ func NewServer(d Decider, cfg Config) *Server {
 // deciding nor charging yet, and cfg's connection limit.
 func newHandler(cfg Config) (_ *handler, maxConns int) {
 	maxConns = cfg.MaxConns
-	if maxConns == 0 {
-		maxConns = DefaultMaxConns
-	}
 	h := &handler{
 		maxLine: MaxLine,
 		now:     cfg.Clock,

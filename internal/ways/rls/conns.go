@@ -61,7 +61,7 @@ const watchMethod = "/grpc.health.v1.Health/Watch"
 func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	// The count has this request in it, and may have the next few the
 	// connection sent, already read.
-	if s.dog.open.Load() > s.maxRequests {
+	if s.maxRequests > 0 && s.dog.open.Load() > s.maxRequests {
 		s.busy.Add(1)
 		return nil, s.errBusy
 	}

@@ -23,6 +23,10 @@ import (
 // t0 is the instant the test clock starts at.
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
+// DefaultChargeKey is the charge key the tests give the service, as
+// dthrottled gives its rls.charge_key.
+const DefaultChargeKey = "dthrottle_charge"
+
 // clock is a test clock moved by hand.
 type clock struct {
 	mu  sync.Mutex

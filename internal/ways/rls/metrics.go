@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dthrottle/dthrottle/internal/metric"
+	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
 
 // This file owns the rate limit service's metric families, read from
@@ -28,13 +29,12 @@ func newCollector(stats func() Stats) prometheus.Collector {
 	var (
 		requests    = metric.Counter("rls_requests_total", "ShouldRateLimit requests to the rate limit service, by result: ok, over_limit, bad (answered INVALID_ARGUMENT). Requests the gRPC server refuses before they are read (too large, not received in time) are not counted.", "result")
 		descriptors = metric.Counter("rls_descriptors_total", "Descriptors of the rate limit service's answered requests, by their status: ok, over_limit, charged (a charge applied).", "result")
-		connections = metric.Gauge("rls_connections", "Rate limit service connections open.")
-		accepted    = metric.Counter("rls_connections_accepted_total", "Rate limit service connections taken into service.")
-		rejected    = metric.Counter("rls_connections_rejected_total", "Rate limit service connections closed at once because its max_conns were open.")
-		stalled     = metric.Counter("rls_connections_stalled_total", "Rate limit service connections closed because an answer could not be written within the request timeout (5 s): the client's flow-control window was spent, or it read nothing.")
-		busy        = metric.Counter("rls_busy_total", "Requests to the rate limit service (of any method) answered RESOURCE_EXHAUSTED at once because its max_requests were in progress.")
+		conns       = serve.NewConnFamilies(serve.Naming{Prefix: "rls_", Noun: "Rate limit service connections", Open: "open",
+			Rejected: "closed at once because its max_conns were open"})
+		stalled = metric.Counter("rls_connections_stalled_total", "Rate limit service connections closed because an answer could not be written within the request timeout (5 s): the client's flow-control window was spent, or it read nothing.")
+		busy    = metric.Counter("rls_busy_total", "Requests to the rate limit service (of any method) answered RESOURCE_EXHAUSTED at once because its max_requests were in progress.")
 	)
-	families := []metric.Family{requests, descriptors, connections, accepted, rejected, stalled, busy}
+	families := append([]metric.Family{requests, descriptors, stalled, busy}, conns.Families()...)
 	return metric.NewCollector(families, func(emit metric.Emit) {
 		s := stats()
 		emit(requests, float64(s.OK), "ok")
@@ -43,9 +43,7 @@ func newCollector(stats func() Stats) prometheus.Collector {
 		emit(descriptors, float64(s.DescriptorsOK), "ok")
 		emit(descriptors, float64(s.DescriptorsOverLimit), "over_limit")
 		emit(descriptors, float64(s.Charges), "charged")
-		emit(connections, float64(s.Active))
-		emit(accepted, float64(s.Accepted))
-		emit(rejected, float64(s.Rejected))
+		conns.Emit(emit, s.Stats)
 		emit(stalled, float64(s.Stalled))
 		emit(busy, float64(s.Busy))
 	})

@@ -43,18 +43,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/limits"
 	"github.com/dthrottle/dthrottle/internal/ways/decide"
 	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
 
 // Defaults for the zero fields of Config.
 const (
-	DefaultMaxConns    = 1024
-	DefaultMaxRequests = 1024
-	// DefaultChargeKey is the default of dthrottled's [rls] charge_key:
-	// the entry key that makes a descriptor a charge. (Config.ChargeKey
-	// has none: "" there makes no descriptor a charge.)
-	DefaultChargeKey        = "dthrottle_charge"
 	DefaultHandshakeTimeout = 5 * time.Second
 	DefaultRequestTimeout   = 5 * time.Second
 	DefaultIdleTimeout      = 5 * time.Minute
@@ -66,10 +61,10 @@ const (
 // gRPC server with RESOURCE_EXHAUSTED before it is read; within it, a
 // request over the others is answered INVALID_ARGUMENT.
 const (
-	MaxMessageBytes = 64 << 10 // a request's encoded size
-	MaxDescriptors  = 64       // descriptors in a request
-	MaxEntries      = 16       // entries in a descriptor, the charge entry included
-	MaxStringBytes  = 1024     // the domain, and each entry's key and value
+	MaxMessageBytes = 64 << 10            // a request's encoded size
+	MaxDescriptors  = 64                  // descriptors in a request
+	MaxEntries      = 16                  // entries in a descriptor, the charge entry included
+	MaxStringBytes  = limits.MaxRLSString // the domain, and each entry's key and value
 	// MaxStreams is the most requests in progress on one connection (the
 	// HTTP/2 setting a client keeps to; more are refused with
 	// REFUSED_STREAM).
@@ -94,16 +89,18 @@ const (
 )
 
 // Config configures a Server. The zero Config is usable: every zero
-// field takes its default, and charging is off.
+// field takes its default, there is no limit on connections or requests,
+// and charging is off.
 type Config struct {
 	// MaxConns is the most connections served at once; a connection over
-	// it is closed at once. Default DefaultMaxConns.
+	// it is closed at once. 0 or less means no limit (dthrottled gives
+	// its rls.max_conns).
 	MaxConns int
 	// MaxRequests is the most requests in progress at once, on all
 	// connections together (each at most MaxStreams): one more is
 	// answered RESOURCE_EXHAUSTED at once. A request is in progress from
-	// its headers until its answer is written. Default
-	// DefaultMaxRequests.
+	// its headers until its answer is written. 0 or less means no limit
+	// (dthrottled gives its rls.max_requests).
 	MaxRequests int
 	// UnmatchedOK answers a descriptor whose tag no prefix policy matches
 	// OK, with no limit and nothing spent, rather than under the default
@@ -190,7 +187,7 @@ var ServiceName = rlsv3.RateLimitService_ServiceDesc.ServiceName
 // nothing until Serve.
 func New(t Table, cfg Config) *Server {
 	s := &Server{table: t, now: cfg.Clock, timeout: or(cfg.RequestTimeout, DefaultRequestTimeout),
-		maxRequests: int64(orInt(cfg.MaxRequests, DefaultMaxRequests)), stopped: make(chan struct{})}
+		maxRequests: int64(cfg.MaxRequests), stopped: make(chan struct{})}
 	s.errBusy = status.Errorf(codes.ResourceExhausted, "rls: requests in progress: over %d", s.maxRequests)
 	s.dog = &watchdog{timeout: s.timeout}
 	if s.now == nil {
@@ -223,22 +220,14 @@ func New(t Table, cfg Config) *Server {
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, healthService{s.health, s.stopped})
-	maxConns := orInt(cfg.MaxConns, DefaultMaxConns)
 	h := newConnHandler(s.grpc, s.stopHealth, s.dog)
-	s.Server = serve.New(h, serve.Config{Name: "rate limit service", MaxConns: maxConns, Logger: log})
+	s.Server = serve.New(h, serve.Config{Name: "rate limit service", MaxConns: cfg.MaxConns, Logger: log})
 	return s
 }
 
 func or(d, def time.Duration) time.Duration {
 	if d > 0 {
 		return d
-	}
-	return def
-}
-
-func orInt(n, def int) int {
-	if n > 0 {
-		return n
 	}
 	return def
 }

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dthrottle/dthrottle/internal/metric"
+	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
 
 // This file owns the SPOE agent's metric families, read from Stats.
@@ -24,14 +25,13 @@ func (s *Server) Collector() prometheus.Collector { return newCollector(s.Stats)
 // newCollector reads the counters from stats: the seam for tests.
 func newCollector(stats func() Stats) prometheus.Collector {
 	var (
-		messages    = metric.Counter("spoe_messages_total", "SPOE messages, by result: allowed, refused, bad (not decided: no tag, a bad cost, no room in the ACK).", "result")
-		frames      = metric.Counter("spoe_frames_total", "SPOE frames received from HAProxy, by type: notify, other (hellos, disconnects, unknown).", "type")
-		connections = metric.Gauge("spoe_connections", "SPOE agent connections open.")
-		accepted    = metric.Counter("spoe_connections_accepted_total", "SPOE agent connections taken into service.")
-		rejected    = metric.Counter("spoe_connections_rejected_total", "SPOE agent connections refused because its max_conns were open.")
-		closed      = metric.Counter("spoe_connections_closed_total", "SPOE agent connections closed by the agent, by reason: bad_frame (malformed, fragmented or out of place), too_big (over the agreed frame size), timeout (a slow hello or frame, or idle), write (answers not written in time), health_check (answered).", "reason")
+		messages = metric.Counter("spoe_messages_total", "SPOE messages, by result: allowed, refused, bad (not decided: no tag, a bad cost, no room in the ACK).", "result")
+		frames   = metric.Counter("spoe_frames_total", "SPOE frames received from HAProxy, by type: notify, other (hellos, disconnects, unknown).", "type")
+		conns    = serve.NewConnFamilies(serve.Naming{Prefix: "spoe_", Noun: "SPOE agent connections", Open: "open",
+			Rejected: "refused because its max_conns were open"})
+		closed = metric.Counter("spoe_connections_closed_total", "SPOE agent connections closed by the agent, by reason: bad_frame (malformed, fragmented or out of place), too_big (over the agreed frame size), timeout (a slow hello or frame, or idle), write (answers not written in time), health_check (answered).", "reason")
 	)
-	families := []metric.Family{messages, frames, connections, accepted, rejected, closed}
+	families := append([]metric.Family{messages, frames, closed}, conns.Families()...)
 	return metric.NewCollector(families, func(emit metric.Emit) {
 		s := stats()
 		emit(messages, float64(s.Allowed), "allowed")
@@ -39,9 +39,7 @@ func newCollector(stats func() Stats) prometheus.Collector {
 		emit(messages, float64(s.Bad), "bad")
 		emit(frames, float64(s.Notifies), "notify")
 		emit(frames, float64(s.Frames-min(s.Notifies, s.Frames)), "other")
-		emit(connections, float64(s.Active))
-		emit(accepted, float64(s.Accepted))
-		emit(rejected, float64(s.Rejected))
+		conns.Emit(emit, s.Stats)
 		emit(closed, float64(s.BadFrames), "bad_frame")
 		emit(closed, float64(s.TooBig), "too_big")
 		emit(closed, float64(s.Timeouts), "timeout")

@@ -35,7 +35,6 @@ import (
 
 // Defaults for the zero fields of Config.
 const (
-	DefaultMaxConns     = 1024
 	DefaultMaxFrameSize = 16380 // HAProxy's own default, tune.bufsize - 4
 	DefaultHelloTimeout = 5 * time.Second
 	DefaultFrameTimeout = 5 * time.Second
@@ -47,11 +46,11 @@ const (
 const minFrameSize = 256
 
 // Config configures a Server. The zero Config is usable: every zero field
-// takes its default.
+// takes its default, and there is no connection limit.
 type Config struct {
 	// MaxConns is the most connections served at once; one more is
-	// answered with an AGENT-DISCONNECT and closed. Default
-	// DefaultMaxConns.
+	// answered with an AGENT-DISCONNECT and closed. 0 or less means no
+	// limit (dthrottled gives its spoe.max_conns).
 	MaxConns int
 	// MaxFrameSize is the largest frame accepted, 256 bytes or more;
 	// HAProxy's HELLO may agree a smaller one. Default DefaultMaxFrameSize.
@@ -113,7 +112,7 @@ func New(d decide.Decider, cfg Config) *Server {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	s.cfg.MaxConns = orInt(cfg.MaxConns, DefaultMaxConns)
+	s.cfg.MaxConns = cfg.MaxConns
 	s.maxFrame = max(orInt(cfg.MaxFrameSize, DefaultMaxFrameSize), minFrameSize)
 	s.cfg.HelloTimeout = or(cfg.HelloTimeout, DefaultHelloTimeout)
 	s.cfg.FrameTimeout = or(cfg.FrameTimeout, DefaultFrameTimeout)

@@ -1,16 +1,27 @@
-package bucket
+// Package tablemetric holds the metric families of a bucket table: the
+// queries each policy answered and the charges it took
+// (bucket.Table.PolicyStats), and the table's size and evictions
+// (bucket.Table.Stats). It lives apart from package bucket so that the
+// table, and the client that decides in process with it, need no metrics
+// library.
+package tablemetric
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dthrottle/dthrottle/internal/bucket"
 	"github.com/dthrottle/dthrottle/internal/metric"
 )
 
-// This file owns the table's metric families: the queries each policy
-// answered and the charges it took (Table.PolicyStats), and the table's
-// size and evictions (Table.Stats).
+// Table is what the collector reads at each scrape; *bucket.Table is one.
+type Table interface {
+	PolicyStats() []bucket.PolicyStats
+	Stats() bucket.Stats
+}
 
-// Collector returns the table's metrics, read at each scrape:
+var _ Table = (*bucket.Table)(nil)
+
+// NewCollector returns t's metrics, read at each scrape:
 //
 //	dthrottle_queries_total{result="ok|no"}              queries decided by a policy
 //	dthrottle_policy_queries_total{policy,result}        the same per policy
@@ -21,8 +32,8 @@ import (
 //	dthrottle_evictions_total                            tags evicted by max_tags
 //	dthrottle_evicted_hits_total                         unreported hits lost with them
 //
-// It is safe for concurrent use.
-func (t *Table) Collector() prometheus.Collector {
+// It is safe for concurrent use if t is.
+func NewCollector(t Table) prometheus.Collector {
 	var (
 		queries       = metric.Counter("queries_total", "Queries decided by a policy, by answer (empty tags are answered ok without a policy and not counted here).", "result")
 		policyQueries = metric.Counter("policy_queries_total", "Queries decided by each policy, by answer.", "policy", "result")
