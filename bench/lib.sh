@@ -104,6 +104,6 @@ bench_haproxy_module() {
 	mkdir "$tmp/libdthrottle" "$tmp/haproxy-mod"
 	cp libdthrottle/Makefile libdthrottle/*.[ch] "$tmp/libdthrottle/"
 	make -s -C "$tmp/libdthrottle" libdthrottle.so >"$tmp/make.log" 2>&1 || { cat "$tmp/make.log" >&2; exit 1; }
-	cp contrib/haproxy/Makefile contrib/haproxy/dthrottle_shared.c "$tmp/haproxy-mod/"
+	cp contrib/haproxy/Makefile contrib/haproxy/*.c contrib/haproxy/*.h "$tmp/haproxy-mod/"
 	make -s -C "$tmp/haproxy-mod" LIBDT="$tmp/libdthrottle" dthrottle_shared.so >"$tmp/make.log" 2>&1 || { cat "$tmp/make.log" >&2; exit 1; }
 }

@@ -42,83 +42,11 @@
  * second), which only a task calls, after a probe answered. One attach at
  * a time in the process (claim, release), with a backoff after failures.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
-#include <errno.h>
-#include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <string.h>
-#include <time.h>
-
-#include <lauxlib.h>
-#include <lua.h>
-
-#include "dthrottle_table.h" /* libdthrottle, found with -I$(LIBDT) */
+#include "dthrottle_shared.h"
 
 #define DT_EXPORT __attribute__((visibility("default")))
 
-#define MS 1000000LL           /* ns */
-#define RETRY_MIN (50 * MS)    /* the pause after a failed attach, */
-#define RETRY_MAX (5000 * MS)  /* doubling up to this */
-#define RECHECK (10000 * MS)   /* a daemon that shared nothing is attached again */
-#define MAX_STATES 64          /* Lua states counted in stats: HAProxy's MAX_THREADS */
-#define MAX_TAG_LIMIT 65536    /* the daemon's hard cap on a line */
-
-/* What the stash holds after decide answered false. */
-enum { W_NONE, W_NO, W_ASK, W_LEFT, W_BAD };
-
-/* lstate is one Lua state's: the stash decide leaves for take, the tag's
- * buffer (the prefix, then the tag), and counters. Only the state's own
- * thread writes it; stats reads the counters from any thread, so they
- * are stored with relaxed atomics (plain moves on the hosts served). */
-struct lstate {
-    uint64_t ok, no, bad;          /* decided in process; bad tags */
-    uint64_t asked, asked_no;      /* asked over the socket (count) */
-    uint64_t failed;               /* answered by the fail mode (count) */
-    int what;                      /* W_NONE, or what decide left */
-    dt_result res;                 /* W_NO: the bucket that refused */
-    size_t n;                      /* the stashed tag's bytes in buf */
-    char buf[];                    /* g.max_tag bytes */
-};
-
-/* The process's settings and attachment. The settings are written by
- * configure while HAProxy loads its configuration (one thread), and only
- * read after. */
-static struct {
-    pthread_mutex_t mu;          /* guards configured and states */
-    int configured;
-    char path[108];              /* the daemon's socket ("@name": abstract) */
-    char prefix[256];            /* put before every tag */
-    size_t prefix_len;
-    size_t max_tag;              /* bytes, prefix included */
-    struct lstate *states[MAX_STATES];
-    int nstates;
-
-    dt_table *table;             /* atomic: NULL until the first attach */
-    int attaching;               /* atomic: a caller holds the claim */
-    int64_t next_try;            /* atomic: monotonic ns before which no claim */
-    uint64_t attaches;           /* atomic: attaches that succeeded */
-    /* Written by the claim's holder only. */
-    int64_t backoff;             /* ns, 0 while attached */
-    int down;                    /* the outage was reported */
-    int ever;                    /* attached once */
-} g = {.mu = PTHREAD_MUTEX_INITIALIZER};
-
-static int64_t mono_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* bump adds 1 to a counter of the calling thread's state. */
-static inline void bump(uint64_t *c)
-{
-    __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
-}
+struct process proc = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* ---- The request's path. ---- */
 
@@ -160,18 +88,18 @@ static int decide(lua_State *L)
         lua_pushboolean(L, 1);
         return 1;
     }
-    if (n > g.max_tag - g.prefix_len) {
+    if (n > proc.max_tag - proc.prefix_len) {
         return unserved(L, s, W_BAD, NULL, 0);
     }
-    if (g.prefix_len > 0) {
-        memcpy(s->buf + g.prefix_len, tag, n); /* after the prefix, copied once */
+    if (proc.prefix_len > 0) {
+        memcpy(s->buf + proc.prefix_len, tag, n); /* after the prefix, copied once */
         tag = s->buf;
-        n += g.prefix_len;
+        n += proc.prefix_len;
     }
     if (memchr(tag, '\n', n) != NULL || memchr(tag, '\r', n) != NULL) {
         return unserved(L, s, W_BAD, NULL, 0);
     }
-    t = __atomic_load_n(&g.table, __ATOMIC_ACQUIRE);
+    t = __atomic_load_n(&proc.table, __ATOMIC_ACQUIRE);
     rc = t == NULL ? DT_ASK : dt_decide(t, tag, n, dt_now(), &s->res);
     if (rc == DT_OK) {
         bump(&s->ok);
@@ -187,7 +115,7 @@ static int decide(lua_State *L)
  * rewrites its policies. */
 static void push_policy(lua_State *L, int policy)
 {
-    dt_table *t = __atomic_load_n(&g.table, __ATOMIC_ACQUIRE);
+    dt_table *t = __atomic_load_n(&proc.table, __ATOMIC_ACQUIRE);
     dt_policy_info info;
     char index[16];
 
@@ -296,112 +224,6 @@ static int headers(lua_State *L)
     return 3;
 }
 
-/* ---- Attaching, from a task. ---- */
-
-/* claim returns true when the caller may attach now: no other attach is
- * under way in the process and the backoff allows it. The caller must
- * then call release, whatever happens. */
-static int claim(lua_State *L)
-{
-    int none = 0;
-
-    lua_pushboolean(L, mono_now() >= __atomic_load_n(&g.next_try, __ATOMIC_RELAXED) &&
-                           __atomic_compare_exchange_n(&g.attaching, &none, 1, 0,
-                                                       __ATOMIC_ACQUIRE, __ATOMIC_RELAXED));
-    return 1;
-}
-
-/* errstr pushes nil and "what path: the error" for errno err. */
-static int errstr(lua_State *L, const char *what, int err)
-{
-    lua_pushnil(L);
-    lua_pushfstring(L, "%s %s: %s", what, g.path, strerror(err));
-    return 2;
-}
-
-/* attach attaches the process, with claim held: dt_open the first time,
- * else dt_reattach (nothing to do when the table in use is live). It
- * blocks for one exchange with the daemon: call it only from a task,
- * after the daemon answered a probe. It returns true, or nil and an
- * error. */
-static int attach(lua_State *L)
-{
-    dt_table *t = __atomic_load_n(&g.table, __ATOMIC_ACQUIRE);
-
-    if (__atomic_load_n(&g.attaching, __ATOMIC_RELAXED) == 0) {
-        return luaL_error(L, "dthrottle_shared: attach without claim");
-    }
-    if (t == NULL) {
-        if (dt_open(g.path, &t) != 0) {
-            return errstr(L, "dt_open", errno);
-        }
-        __atomic_store_n(&g.table, t, __ATOMIC_RELEASE);
-    } else if (dt_reattach(t) != 0) {
-        if (errno == EAGAIN) {
-            lua_pushnil(L);
-            lua_pushfstring(L, "dt_reattach %s: the daemon answers, but its table has "
-                               "no heartbeat (stopped, or stalled)", g.path);
-            return 2;
-        }
-        return errstr(L, "dt_reattach", errno);
-    }
-    __atomic_add_fetch(&g.attaches, 1, __ATOMIC_RELAXED);
-    lua_pushboolean(L, 1);
-    return 1;
-}
-
-/* shared returns whether the process decides in process: attached to a
- * daemon that shares its table. */
-static int shared(lua_State *L)
-{
-    dt_table *t = __atomic_load_n(&g.table, __ATOMIC_ACQUIRE);
-
-    lua_pushboolean(L, t != NULL && dt_shared(t));
-    return 1;
-}
-
-/* release(ok) ends a claim: after a success, the next claim may come at
- * once (or after RECHECK, when the daemon shares no table); after a
- * failure, RETRY_MIN later, doubling up to RETRY_MAX. It returns
- * "attached" when the process attached for the first time or after an
- * outage, "detached" at the first failure of an outage, else nothing, so
- * that each is logged once. */
-static int release(lua_State *L)
-{
-    int ok = lua_toboolean(L, 1);
-    dt_table *t = __atomic_load_n(&g.table, __ATOMIC_ACQUIRE);
-    int64_t now = mono_now(), next;
-    const char *event = NULL;
-
-    if (__atomic_load_n(&g.attaching, __ATOMIC_RELAXED) == 0) {
-        return luaL_error(L, "dthrottle_shared: release without claim");
-    }
-    if (ok) {
-        next = t != NULL && dt_shared(t) ? 0 : now + RECHECK;
-        g.backoff = 0;
-        if (g.down || !g.ever) {
-            event = "attached";
-        }
-        g.down = 0;
-        g.ever = 1;
-    } else {
-        g.backoff = g.backoff == 0 ? RETRY_MIN
-                    : g.backoff >= RETRY_MAX / 2 ? RETRY_MAX : g.backoff * 2;
-        next = now + g.backoff;
-        if (!g.down) {
-            event = "detached";
-        }
-        g.down = 1;
-    }
-    __atomic_store_n(&g.next_try, next, __ATOMIC_RELAXED);
-    __atomic_store_n(&g.attaching, 0, __ATOMIC_RELEASE);
-    if (event == NULL) {
-        return 0;
-    }
-    lua_pushstring(L, event);
-    return 1;
-}
-
 /* stats returns the process's counters in a table: ok and no (decided in
  * process), asked and asked_no (asked over the socket, and of them
  * refused), failed (answered by the fail mode), bad (bad tags), attaches,
@@ -411,24 +233,24 @@ static int stats(lua_State *L)
     uint64_t sum[6] = {0};
     static const char *const names[] = {"ok", "no", "bad", "asked", "asked_no", "failed"};
 
-    pthread_mutex_lock(&g.mu);
-    for (int i = 0; i < g.nstates; i++) {
-        uint64_t *c[] = {&g.states[i]->ok, &g.states[i]->no, &g.states[i]->bad,
-                         &g.states[i]->asked, &g.states[i]->asked_no, &g.states[i]->failed};
+    pthread_mutex_lock(&proc.mu);
+    for (int i = 0; i < proc.nstates; i++) {
+        uint64_t *c[] = {&proc.states[i]->ok, &proc.states[i]->no, &proc.states[i]->bad,
+                         &proc.states[i]->asked, &proc.states[i]->asked_no, &proc.states[i]->failed};
 
         for (int k = 0; k < 6; k++) {
             sum[k] += __atomic_load_n(c[k], __ATOMIC_RELAXED);
         }
     }
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&proc.mu);
     lua_createtable(L, 0, 8);
     for (int k = 0; k < 6; k++) {
         lua_pushinteger(L, (lua_Integer)sum[k]);
         lua_setfield(L, -2, names[k]);
     }
-    lua_pushinteger(L, (lua_Integer)__atomic_load_n(&g.attaches, __ATOMIC_RELAXED));
+    lua_pushinteger(L, (lua_Integer)__atomic_load_n(&proc.attaches, __ATOMIC_RELAXED));
     lua_setfield(L, -2, "attaches");
-    shared(L);
+    dts_shared(L);
     lua_setfield(L, -2, "shared");
     return 1;
 }
@@ -484,10 +306,10 @@ static int configure(lua_State *L)
     path = opt_string(L, "socket", "/run/dthrottle/dthrottle.sock", &plen);
     prefix = opt_string(L, "prefix", "", &prefix_len);
     max_tag = opt_int(L, "max_tag", 1024);
-    if (plen == 0 || plen >= sizeof(g.path) || strlen(path) != plen) {
+    if (plen == 0 || plen >= sizeof(proc.path) || strlen(path) != plen) {
         return luaL_error(L, "dthrottle_shared: socket must be a path of 1 to 107 bytes");
     }
-    if (prefix_len >= sizeof(g.prefix) || max_tag <= (lua_Integer)prefix_len || max_tag > MAX_TAG_LIMIT) {
+    if (prefix_len >= sizeof(proc.prefix) || max_tag <= (lua_Integer)prefix_len || max_tag > MAX_TAG_LIMIT) {
         return luaL_error(L, "dthrottle_shared: prefix must be at most 255 bytes, and max_tag "
                              "longer than the prefix and at most 65536");
     }
@@ -496,29 +318,29 @@ static int configure(lua_State *L)
     }
     lua_pop(L, 1);
 
-    pthread_mutex_lock(&g.mu);
-    if (!g.configured) {
-        memcpy(g.path, path, plen + 1);
-        memcpy(g.prefix, prefix, prefix_len);
-        g.prefix_len = prefix_len;
-        g.max_tag = (size_t)max_tag;
-        g.configured = 1;
-    } else if (strcmp(g.path, path) != 0 || g.prefix_len != prefix_len ||
-               memcmp(g.prefix, prefix, prefix_len) != 0 || g.max_tag != (size_t)max_tag) {
-        pthread_mutex_unlock(&g.mu);
+    pthread_mutex_lock(&proc.mu);
+    if (!proc.configured) {
+        memcpy(proc.path, path, plen + 1);
+        memcpy(proc.prefix, prefix, prefix_len);
+        proc.prefix_len = prefix_len;
+        proc.max_tag = (size_t)max_tag;
+        proc.configured = 1;
+    } else if (strcmp(proc.path, path) != 0 || proc.prefix_len != prefix_len ||
+               memcmp(proc.prefix, prefix, prefix_len) != 0 || proc.max_tag != (size_t)max_tag) {
+        pthread_mutex_unlock(&proc.mu);
         return luaL_error(L, "dthrottle_shared: configured again with other settings "
                              "(one table per process, one configuration)");
     }
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&proc.mu);
 
-    s = lua_newuserdata(L, sizeof(*s) + g.max_tag);
+    s = lua_newuserdata(L, sizeof(*s) + proc.max_tag);
     memset(s, 0, sizeof(*s));
-    memcpy(s->buf, g.prefix, g.prefix_len);
-    pthread_mutex_lock(&g.mu);
-    if (g.nstates < MAX_STATES) {
-        g.states[g.nstates++] = s; /* kept alive by the module's functions */
+    memcpy(s->buf, proc.prefix, proc.prefix_len);
+    pthread_mutex_lock(&proc.mu);
+    if (proc.nstates < MAX_STATES) {
+        proc.states[proc.nstates++] = s; /* kept alive by the module's functions */
     }
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&proc.mu);
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_insert(L, -2);
     luaL_setfuncs(L, fns, 1);
@@ -528,8 +350,8 @@ static int configure(lua_State *L)
 DT_EXPORT int luaopen_dthrottle_shared(lua_State *L)
 {
     static const luaL_Reg fns[] = {
-        {"claim", claim}, {"attach", attach}, {"release", release},
-        {"shared", shared}, {"stats", stats}, {"headers", headers}, {NULL, NULL},
+        {"claim", dts_claim}, {"attach", dts_attach}, {"release", dts_release},
+        {"shared", dts_shared}, {"stats", stats}, {"headers", headers}, {NULL, NULL},
     };
 
     luaL_newlib(L, fns);

@@ -38,7 +38,7 @@ func RequireHAProxyShared(t *testing.T) string {
 // (../../libdthrottle), and returns dst/contrib/haproxy.
 func CopyHAProxySharedTo(dst string) (string, error) {
 	dir := filepath.Join(dst, "contrib", "haproxy")
-	if err := copySources(Path("contrib/haproxy"), dir, "Makefile", "dthrottle_shared.c"); err != nil {
+	if err := copySources(Path("contrib/haproxy"), dir, "Makefile", ".c", ".h"); err != nil {
 		return "", err
 	}
 	return dir, CopyLibdthrottleTo(filepath.Join(dst, "libdthrottle"))
