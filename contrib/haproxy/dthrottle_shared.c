@@ -42,11 +42,34 @@
  * second), which only a task calls, after a probe answered. One attach at
  * a time in the process (claim, release), with a backoff after failures.
  */
-#include "dthrottle_shared.h"
+#include "dthrottle_shared_attach.h"
 
 #define DT_EXPORT __attribute__((visibility("default")))
 
-struct process proc = {.mu = PTHREAD_MUTEX_INITIALIZER};
+#define MAX_TAG_LIMIT 65536    /* the daemon's hard cap on a line */
+
+/* What the stash holds after decide answered false. */
+enum { W_NONE, W_NO, W_ASK, W_LEFT, W_BAD };
+
+/* lstate is one Lua state's: the stash decide leaves for take, the tag's
+ * buffer (the prefix, then the tag), and counters. Only the state's own
+ * thread writes it; stats reads the counters from any thread, so they
+ * are stored with relaxed atomics (plain moves on the hosts served). */
+struct lstate {
+    uint64_t ok, no, bad;          /* decided in process; bad tags */
+    uint64_t asked, asked_no;      /* asked over the socket (count) */
+    uint64_t failed;               /* answered by the fail mode (count) */
+    int what;                      /* W_NONE, or what decide left */
+    dt_result res;                 /* W_NO: the bucket that refused */
+    size_t n;                      /* the stashed tag's bytes in buf */
+    char buf[];                    /* proc.max_tag bytes */
+};
+
+/* bump adds 1 to a counter of the calling thread's state. */
+static inline void bump(uint64_t *c)
+{
+    __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+}
 
 /* ---- The request's path. ---- */
 

@@ -2,7 +2,24 @@
  * dthrottle_shared.c), run from a HAProxy task after the daemon answered
  * a probe: one attach at a time in the process (claim, release), with a
  * backoff after failures, dt_open the first time and dt_reattach after. */
-#include "dthrottle_shared.h"
+#include "dthrottle_shared_attach.h"
+
+#define MS 1000000LL           /* ns */
+#define RETRY_MIN (50 * MS)    /* the pause after a failed attach, */
+#define RETRY_MAX (5000 * MS)  /* doubling up to this */
+#define RECHECK (10000 * MS)   /* a daemon that shared nothing is attached again */
+
+struct process proc = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* monotonic_ns is CLOCK_MONOTONIC in nanoseconds, the clock of the
+ * backoff. */
+static int64_t monotonic_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 /* claim returns true when the caller may attach now: no other attach is
  * under way in the process and the backoff allows it. The caller must
@@ -11,7 +28,7 @@ int dts_claim(lua_State *L)
 {
     int none = 0;
 
-    lua_pushboolean(L, mono_now() >= __atomic_load_n(&proc.next_try, __ATOMIC_RELAXED) &&
+    lua_pushboolean(L, monotonic_ns() >= __atomic_load_n(&proc.next_try, __ATOMIC_RELAXED) &&
                            __atomic_compare_exchange_n(&proc.attaching, &none, 1, 0,
                                                        __ATOMIC_ACQUIRE, __ATOMIC_RELAXED));
     return 1;
@@ -76,7 +93,7 @@ int dts_release(lua_State *L)
 {
     int ok = lua_toboolean(L, 1);
     dt_table *t = __atomic_load_n(&proc.table, __ATOMIC_ACQUIRE);
-    int64_t now = mono_now(), next;
+    int64_t now = monotonic_ns(), next;
     const char *event = NULL;
 
     if (__atomic_load_n(&proc.attaching, __ATOMIC_RELAXED) == 0) {
