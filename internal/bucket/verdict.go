@@ -170,18 +170,22 @@ func (c *compiled) fixed() Verdict {
 // tat-now <= (burst-n) periods, else in Wait; never when n exceeds the
 // burst. It spends and counts nothing.
 func (c *compiled) level(tat, now int64, n int) Verdict {
-	v := Verdict{Policy: c.Policy, Tokens: c.tokens(tat, now), Full: time.Duration(tat - now)}
+	v := Verdict{Policy: c.Policy}
 	if n > c.Burst {
-		v.Wait = math.MaxInt64
+		c.levelAt(&v, tat, now, 0)
+		v.Allowed, v.Wait = false, math.MaxInt64
 		return v
 	}
-	serveBy := c.debtAt - int64(n)*c.perToken // n <= burst: at most debtAt, no overflow
-	if wait := tat - now - serveBy; wait > 0 {
-		v.Wait = time.Duration(wait)
-	} else {
-		v.Allowed = true
-	}
+	c.levelAt(&v, tat, now, c.debtAt-int64(n)*c.perToken) // n <= burst: at most debtAt, no overflow
 	return v
+}
+
+// levelAt sets v's level at now of a bucket whose theoretical arrival
+// time is tat, for a query served while tat-now <= serveBy: its tokens,
+// the wait (Allowed when none) and the time until full.
+func (c *compiled) levelAt(v *Verdict, tat, now, serveBy int64) {
+	v.Tokens, v.Full = c.tokens(tat, now), time.Duration(tat-now)
+	v.Wait, v.Allowed = time.Duration(max(tat-now-serveBy, 0)), tat-now <= serveBy
 }
 
 // allowN decides a query costing n tokens for key, which hashes to h,
@@ -215,13 +219,15 @@ func (s *shard) allowN(now int64, h uint64, key []byte, pi int, n int) Verdict {
 			break
 		}
 	}
+	v := Verdict{Policy: p.Policy}
 	if tat-now > serveBy {
 		s.refusedRec(ref)
-		return s.refusal(pi, p.level(tat, now, n))
+		p.levelAt(&v, tat, now, serveBy)
+		return s.refusal(pi, v)
 	}
 	s.count(pi).ok++
 	s.unreported(r, ref, uint32(n))
-	v := p.level(tat+cost, now, n) // the level it leaves, and the wait for the same query again
+	p.levelAt(&v, tat+cost, now, serveBy) // the level it leaves, and the wait for the same query again
 	v.Allowed = true
 	return v
 }
