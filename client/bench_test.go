@@ -29,15 +29,17 @@ func startRealServer(b *testing.B) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := protocol.NewServer(tableDecider{table}, protocol.Config{})
+	srv := protocol.NewServer(oneByOne{table}, protocol.Config{})
 	go srv.Serve(l)
 	b.Cleanup(func() { srv.Close() })
 	return path
 }
 
-type tableDecider struct{ t *bucket.Table }
+// oneByOne hides the table's AllowBatch: the server asks one query at a
+// time.
+type oneByOne struct{ t *bucket.Table }
 
-func (d tableDecider) Decide(now time.Time, tag []byte) bool { return d.t.Allow(now, tag) }
+func (d oneByOne) Allow(now time.Time, tag []byte) bool { return d.t.Allow(now, tag) }
 
 // benchTags are 10,000 distinct tags.
 var benchTags = func() []string {

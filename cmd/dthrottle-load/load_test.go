@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/ways/decide"
 	"github.com/dthrottle/dthrottle/internal/ways/protocol"
 )
 
@@ -111,7 +112,7 @@ func TestLoadCountsRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := listenUnix(t)
-	srv := protocol.NewServer(batchTable{tb}, protocol.Config{})
+	srv := protocol.NewServer(tb, protocol.Config{})
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 	res, err := Load{Network: "unix", Addr: l.Addr().String(), Proto: lineProto{}, Conns: 2, Depth: 8,
@@ -122,14 +123,6 @@ func TestLoadCountsRefusals(t *testing.T) {
 	if res.Queries <= 200 || res.OK > 200 {
 		t.Fatalf("%d queries, %d OK: want more than 200 queries and at most 2 OK per tag", res.Queries, res.OK)
 	}
-}
-
-// batchTable is how dthrottled asks the table (see cmd/dthrottled).
-type batchTable struct{ t *bucket.Table }
-
-func (d batchTable) Decide(now time.Time, tag []byte) bool { return d.t.Allow(now, tag) }
-func (d batchTable) DecideBatch(now time.Time, tags [][]byte, ok []bool) {
-	d.t.AllowBatch(now, tags, ok)
 }
 
 // BenchmarkServerTable is the server path with the real table behind it:
@@ -143,9 +136,9 @@ func BenchmarkServerTable(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			var d protocol.Decider = batchTable{tb}
+			var d decide.Allower = tb // as dthrottled asks it: in batches
 			if mode == "one-by-one" {
-				d = protocol.Decider(oneByOne{tb})
+				d = oneByOne{tb}
 			}
 			l := listenUnix(b)
 			srv := protocol.NewServer(d, protocol.Config{})
@@ -178,9 +171,10 @@ func BenchmarkServerTable(b *testing.B) {
 	}
 }
 
+// oneByOne hides the table's AllowBatch.
 type oneByOne struct{ t *bucket.Table }
 
-func (d oneByOne) Decide(now time.Time, tag []byte) bool { return d.t.Allow(now, tag) }
+func (d oneByOne) Allow(now time.Time, tag []byte) bool { return d.t.Allow(now, tag) }
 
 // TestMapTable checks the map+mutex reference against docs/design.md, Semantics: a
 // burst, then refusals, then one token back per 1/rate.

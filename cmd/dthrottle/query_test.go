@@ -31,13 +31,13 @@ func startDaemon(t *testing.T) string {
 	return path
 }
 
-// burstTwo is a protocol.Decider: two tokens per tag, never refilled.
+// burstTwo is a decide.Allower: two tokens per tag, never refilled.
 type burstTwo struct {
 	mu    sync.Mutex
 	spent map[string]int
 }
 
-func (b *burstTwo) Decide(_ time.Time, tag []byte) bool {
+func (b *burstTwo) Allow(_ time.Time, tag []byte) bool {
 	if bytes.HasPrefix(tag, []byte("deny:")) {
 		return false
 	}

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/dthrottle/dthrottle/internal/views/topk"
+	"github.com/dthrottle/dthrottle/internal/top/topk"
 )
 
 // This file owns the refusals' side of "who is throttled": a refusal

@@ -9,6 +9,7 @@ import (
 // verdictStep is one AllowN at a fixed instant and the verdict it must
 // give.
 type verdictStep struct {
+	check   bool    // Check instead of AllowN: spends nothing
 	at      float64 // seconds after t0
 	tag     string
 	n       int
@@ -21,7 +22,11 @@ type verdictStep struct {
 func runVerdicts(t *testing.T, tb *Table, steps []verdictStep) {
 	t.Helper()
 	for i, s := range steps {
-		v := tb.AllowN(at(s.at), []byte(s.tag), s.n)
+		op, ask := "AllowN", tb.AllowN
+		if s.check {
+			op, ask = "Check", tb.Check
+		}
+		v := ask(at(s.at), []byte(s.tag), s.n)
 		wait := v.Wait.Seconds()
 		if v.Wait == math.MaxInt64 {
 			wait = math.Inf(1)
@@ -29,8 +34,8 @@ func runVerdicts(t *testing.T, tb *Table, steps []verdictStep) {
 		if v.Allowed != s.allowed || math.Abs(v.Tokens-s.tokens) > 1e-9 ||
 			math.Abs(wait-s.wait) > 1e-9 && !(math.IsInf(wait, 1) && math.IsInf(s.wait, 1)) ||
 			math.Abs(v.Full.Seconds()-s.full) > 1e-9 {
-			t.Fatalf("step %d (t=%v AllowN %q %d): got allowed %v tokens %v wait %v full %v, want %v %v %v %v",
-				i, s.at, s.tag, s.n, v.Allowed, v.Tokens, wait, v.Full.Seconds(), s.allowed, s.tokens, s.wait, s.full)
+			t.Fatalf("step %d (t=%v %s %q %d): got allowed %v tokens %v wait %v full %v, want %v %v %v %v",
+				i, s.at, op, s.tag, s.n, v.Allowed, v.Tokens, wait, v.Full.Seconds(), s.allowed, s.tokens, s.wait, s.full)
 		}
 	}
 }
@@ -57,6 +62,76 @@ func TestAllowNSteps(t *testing.T) {
 	}
 	if got := formatHits(tb.Drain(nil)); got != "a=4,b=3,c=2" {
 		t.Errorf("unreported hits: got %q, want a=4,b=3,c=2 (a served query of n tokens is n hits)", got)
+	}
+}
+
+// Check gives the verdict AllowN would, level and wait included, and
+// spends and counts nothing; Refuse counts a refusal and spends nothing.
+func TestCheckSteps(t *testing.T) {
+	inf := math.Inf(1)
+	tb := newTestTable(t, Policy{Rate: 2, Burst: 3}, 100)
+	runVerdicts(t, tb, []verdictStep{
+		{check: true, at: 0, tag: "a", n: 1, allowed: true, tokens: 3, wait: 0, full: 0},
+		{check: true, at: 0, tag: "a", n: 3, allowed: true, tokens: 3, wait: 0, full: 0},
+		{check: true, at: 0, tag: "a", n: 4, allowed: false, tokens: 3, wait: inf, full: 0},
+		{at: 0, tag: "a", n: 2, allowed: true, tokens: 1, wait: 0.5, full: 1},
+		{check: true, at: 0, tag: "a", n: 0, allowed: true, tokens: 1, wait: 0, full: 1},
+		{check: true, at: 0, tag: "a", n: 2, allowed: false, tokens: 1, wait: 0.5, full: 1},
+		{check: true, at: 0.25, tag: "a", n: 2, allowed: false, tokens: 1.5, wait: 0.25, full: 0.75},
+		{check: true, at: 0.5, tag: "a", n: 2, allowed: true, tokens: 2, wait: 0, full: 0.5},
+		{at: 0.5, tag: "a", n: 2, allowed: true, tokens: 0, wait: 1, full: 1.5},
+		{check: true, at: 0.5, tag: "a", n: 1, allowed: false, tokens: 0, wait: 0.5, full: 1.5},
+	})
+	tb.Refuse(at(0.5), []byte("a"))
+	tb.Refuse(at(0.5), []byte("new"))
+	if st, err := tb.Peek(at(0.5), "new"); err == nil {
+		t.Errorf("Refuse tracked a new tag: %+v", st)
+	}
+	if st, _ := tb.Peek(at(0.5), "a"); st.Tokens != 0 || st.Unreported != 4 {
+		t.Errorf("a after Refuse: %+v, want 0 tokens and 4 unreported", st)
+	}
+	if ps := tb.PolicyStats(); ps[0].OK != 2 || ps[0].NO != 2 {
+		t.Errorf("counted %d OK, %d NO: want the 2 spends and the 2 refusals, no check", ps[0].OK, ps[0].NO)
+	}
+	rf, _ := tb.TakeRefusals(nil)
+	if len(rf) != 1 || rf[0].Total != 2 || len(rf[0].Items) != 2 {
+		t.Errorf("refusals: %+v, want a and new once each", rf)
+	}
+}
+
+// Check and Refuse under allow, deny and dry-run policies: the fixed
+// verdicts, a dry run's would-be refusal served, and a refusal counted
+// only where the policy refuses.
+func TestCheckPolicies(t *testing.T) {
+	tb, err := New(Config{Default: Policy{Name: "dry", Rate: 1, Burst: 1, DryRun: true}, MaxTags: 10, MaxTagBytes: 64,
+		Policies: []Policy{{Name: "ok", Prefix: "ok:", Action: Allow}, {Name: "no", Prefix: "no:", Action: Deny}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		tag                  string
+		n                    int
+		allowed, wouldRefuse bool
+	}{
+		{"ok:a", 5, true, false},
+		{"no:a", 1, false, false},
+		{"d", 1, true, false},
+		{"d", 2, true, true},
+		{"", 9, true, false},
+	} {
+		if v := tb.Check(at(0), []byte(c.tag), c.n); v.Allowed != c.allowed || v.WouldRefuse != c.wouldRefuse {
+			t.Errorf("Check(%q, %d) = %+v, want allowed %v, would refuse %v", c.tag, c.n, v, c.allowed, c.wouldRefuse)
+		}
+		tb.Refuse(at(0), []byte(c.tag))
+	}
+	for _, ps := range tb.PolicyStats() {
+		want := uint64(0)
+		if ps.Name == "no" {
+			want = 1
+		}
+		if ps.OK != 0 || ps.NO != want || ps.DryRunRefused != 0 {
+			t.Errorf("policy %s counted %+v, want %d NO and nothing else", ps.Name, ps, want)
+		}
 	}
 }
 

@@ -20,7 +20,7 @@ func (d *Daemon) startAdmin(cfg config.Admin) error {
 		Peers:      d.peers,
 		Tag:        d.tagView,
 		Forget:     func(tag string) bool { return d.table.Forget(d.table.Key([]byte(tag))) },
-		Top:        d.top.view,
+		Top:        d.top.View,
 		Collectors: d.collectors(),
 	})
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/dthrottle/dthrottle/internal/bucket"
 	"github.com/dthrottle/dthrottle/internal/config"
 	"github.com/dthrottle/dthrottle/internal/gossip/transport"
+	"github.com/dthrottle/dthrottle/internal/top"
 	"github.com/dthrottle/dthrottle/internal/views/admin"
 )
 
@@ -94,7 +95,7 @@ type Daemon struct {
 	table  *bucket.Table
 	shares shareState      // the policies the table holds, at this node's share, share.go
 	beat   *beating        // the shared table's heartbeat, shared.go; nil when not shared
-	top    *topRun         // who is throttled, top.go
+	top    *top.Feed       // who is throttled, top.go
 	ways   []*way          // the ways in the config turns on, in the order of ways
 	passed []NamedListener // Options.Listeners, for the line protocol
 	gossip *gossipRun      // nil when no group and no peers are configured
@@ -179,7 +180,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.gossip.node.Warm(d.now())
 		}
 	} else {
-		d.top.start()
+		d.top.Start()
 	}
 	d.log.Info("started", "version", d.version, "config", describe(d.path), "rate", cfg.Limit.Rate,
 		"burst", cfg.Limit.Burst, "policies", len(cfg.Policy), "max_tags", cfg.Limit.MaxTags)
@@ -227,7 +228,7 @@ func (d *Daemon) Close(grace time.Duration) error {
 	defer cancel()
 	d.stopWays(ctx, grace)
 	d.stopBeat()
-	d.top.stopTop()
+	d.top.Stop()
 	d.event(Event{Kind: Stopped, Stage: StageQueries})
 	if d.cfg.State.File != "" {
 		d.saveState(d.cfg)

@@ -2,9 +2,7 @@ package daemon
 
 import (
 	"net"
-	"time"
 
-	"github.com/dthrottle/dthrottle/internal/bucket"
 	"github.com/dthrottle/dthrottle/internal/config"
 	"github.com/dthrottle/dthrottle/internal/views/admin"
 	"github.com/dthrottle/dthrottle/internal/ways/protocol"
@@ -27,7 +25,7 @@ func (d *Daemon) openLine(cfg config.Config) (*way, error) {
 		return nil, err
 	}
 	warnFewFiles(cfg.Listen.MaxConns, d.log)
-	srv := protocol.NewServer(decider{d.table}, protocol.Config{MaxConns: cfg.Listen.MaxConns, Clock: d.now, Logger: d.log})
+	srv := protocol.NewServer(d.table, protocol.Config{MaxConns: cfg.Listen.MaxConns, Clock: d.now, Logger: d.log})
 	d.offerTable(srv)
 	w.srv = srv.Server
 	w.stats = func(s *admin.Snapshot) { s.Server = srv.Stats() }
@@ -44,13 +42,3 @@ func (d *Daemon) Addrs() []net.Addr {
 	}
 	return out
 }
-
-// decider lets the line server ask the table, at the time it read the
-// query (the daemon's clock).
-type decider struct{ t *bucket.Table }
-
-func (d decider) Decide(now time.Time, tag []byte) bool { return d.t.Allow(now, tag) }
-
-// DecideBatch hands the table a whole pipelined batch, which it decides
-// shard by shard.
-func (d decider) DecideBatch(now time.Time, tags [][]byte, ok []bool) { d.t.AllowBatch(now, tags, ok) }

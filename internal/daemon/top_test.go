@@ -14,7 +14,7 @@ func waitTop(t *testing.T, r *running, by, scope string, ok func(api.Top) bool, 
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		v := r.top.view(by, scope, "", 20)
+		v := r.top.View(by, scope, "", 20)
 		if ok(v) {
 			return v
 		}
@@ -71,7 +71,7 @@ func TestTopAcrossTheCluster(t *testing.T) {
 	if v.Nodes != 2 {
 		t.Errorf("b's cluster view %+v: want both nodes counted", v)
 	}
-	if v := b.top.view("refused", "node", "", 20); len(v.Policies) != 0 {
+	if v := b.top.View("refused", "node", "", 20); len(v.Policies) != 0 {
 		t.Errorf("b's node view %+v: want nothing refused on b", v)
 	}
 }

@@ -7,8 +7,8 @@ import (
 
 	"github.com/dthrottle/dthrottle/internal/gossip/transport"
 	"github.com/dthrottle/dthrottle/internal/gossip/wire"
-	"github.com/dthrottle/dthrottle/internal/views/top"
-	"github.com/dthrottle/dthrottle/internal/views/topk"
+	"github.com/dthrottle/dthrottle/internal/top"
+	"github.com/dthrottle/dthrottle/internal/top/topk"
 )
 
 // TestTopExchanged: every report carries the node's heaviest tags to its

@@ -39,8 +39,8 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 
-	"github.com/dthrottle/dthrottle/internal/views/top"
-	"github.com/dthrottle/dthrottle/internal/views/topk"
+	"github.com/dthrottle/dthrottle/internal/top"
+	"github.com/dthrottle/dthrottle/internal/top/topk"
 )
 
 // MsgTop carries a node's heaviest tags per policy, refused and served.

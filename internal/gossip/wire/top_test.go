@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dthrottle/dthrottle/internal/views/top"
-	"github.com/dthrottle/dthrottle/internal/views/topk"
+	"github.com/dthrottle/dthrottle/internal/top"
+	"github.com/dthrottle/dthrottle/internal/top/topk"
 )
 
 // topGolden is the report in testdata/golden_top.hex.

@@ -1,35 +1,25 @@
 package protocol
 
-import "time"
+import (
+	"time"
 
-// BatchDecider is a Decider that can also answer several queries at once,
-// which may be faster than one at a time (a table can then look up the
-// whole batch before deciding). A connection whose Decider implements it
-// hands it up to batchMax consecutive queries at a time instead of calling
-// Decide; empty tags are still answered OK without asking.
-type BatchDecider interface {
-	Decider
-	// DecideBatch sets ok[i] to the answer for tags[i], deciding them in
-	// order, all at now, exactly as len(tags) calls of Decide would.
-	// len(ok) == len(tags). It must be safe for concurrent use, and must
-	// not retain tags or any of their bytes after it returns.
-	DecideBatch(now time.Time, tags [][]byte, ok []bool)
-}
+	"github.com/dthrottle/dthrottle/internal/ways/decide"
+)
 
-// batchMax is the most queries one DecideBatch call is given.
+// batchMax is the most queries one AllowBatch call is given.
 const batchMax = 64
 
-// batcher answers lines through a BatchDecider. It is used by one
+// batcher answers lines through a decide.BatchAllower. It is used by one
 // connection only.
 type batcher struct {
-	d    BatchDecider
+	d    decide.BatchAllower
 	tags [][]byte
 	ok   []bool
 }
 
 // newBatcher returns a batcher whose buffers are made on first use, so an
 // idle connection costs nothing more for it.
-func newBatcher(d BatchDecider) *batcher { return &batcher{d: d} }
+func newBatcher(d decide.BatchAllower) *batcher { return &batcher{d: d} }
 
 // answer is answerLines through b.d: the same replies for the same lines,
 // in order, with the same limit on out.
@@ -53,7 +43,7 @@ func (b *batcher) answer(out, in []byte, now time.Time, limit int) (_ []byte, co
 		}
 		if len(tags) > 0 {
 			ok := b.ok[:len(tags)]
-			b.d.DecideBatch(now, tags, ok)
+			b.d.AllowBatch(now, tags, ok)
 			for _, o := range ok {
 				out = appendReply(out, o)
 			}

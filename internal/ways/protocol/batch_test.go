@@ -23,12 +23,12 @@ func newBatchCountDecider(t testing.TB) *batchCountDecider {
 	return &batchCountDecider{count: newCountDecider(), t: t}
 }
 
-func (d *batchCountDecider) Decide(time.Time, []byte) bool {
-	d.t.Error("Decide called on a BatchDecider")
+func (d *batchCountDecider) Allow(time.Time, []byte) bool {
+	d.t.Error("Allow called on a decide.BatchAllower")
 	return false
 }
 
-func (d *batchCountDecider) DecideBatch(now time.Time, tags [][]byte, ok []bool) {
+func (d *batchCountDecider) AllowBatch(now time.Time, tags [][]byte, ok []bool) {
 	d.batches.Add(1)
 	if n := int64(len(tags)); n > d.maxBatch.Load() {
 		d.maxBatch.Store(n)
@@ -40,7 +40,7 @@ func (d *batchCountDecider) DecideBatch(now time.Time, tags [][]byte, ok []bool)
 		if len(tag) == 0 {
 			d.t.Error("DecideBatch asked about an empty tag")
 		}
-		ok[i] = d.count.Decide(now, tag)
+		ok[i] = d.count.Allow(now, tag)
 	}
 }
 
@@ -63,7 +63,7 @@ func randomLines(rng *rand.Rand, n int) []byte {
 }
 
 // TestBatcherMatchesAnswerLines checks that a connection answering through
-// a BatchDecider gives exactly the replies, bytes consumed and line counts
+// a decide.BatchAllower gives exactly the replies, bytes consumed and line counts
 // that answerLines gives through Decide, whatever the limit on out.
 func TestBatcherMatchesAnswerLines(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -97,7 +97,7 @@ func TestBatcherMatchesAnswerLines(t *testing.T) {
 }
 
 // TestBatchDeciderOverSocket pipelines a few thousand queries to a server
-// whose Decider answers in batches: replies in order, batches of at most
+// whose decide.Allower answers in batches: replies in order, batches of at most
 // batchMax, and Decide never used.
 func TestBatchDeciderOverSocket(t *testing.T) {
 	d := newBatchCountDecider(t)
@@ -130,7 +130,7 @@ func TestBatchDeciderOverSocket(t *testing.T) {
 // batchParity is parityDecider answering in batches.
 type batchParity struct{ parityDecider }
 
-func (batchParity) DecideBatch(_ time.Time, tags [][]byte, ok []bool) {
+func (batchParity) AllowBatch(_ time.Time, tags [][]byte, ok []bool) {
 	for i, tag := range tags {
 		ok[i] = tag[0]&1 == 0
 	}

@@ -27,8 +27,8 @@ const (
 // conn serves one client connection. It is used by one goroutine only.
 type conn struct {
 	nc      net.Conn
-	decider Decider
-	batch   *batcher       // nil unless decider is a BatchDecider
+	decider decide.Allower
+	batch   *batcher       // nil unless decider is a decide.BatchAllower
 	charge  decide.Charger // set: lines are charges, not queries (charge.go)
 	maxLine int
 	now     func() time.Time
@@ -49,10 +49,10 @@ type conn struct {
 
 // newConn returns a conn serving nc with lines of at most maxLine bytes,
 // deciding at the time now gives.
-func newConn(nc net.Conn, d Decider, maxLine int, now func() time.Time, stats *counters, log *slog.Logger) *conn {
+func newConn(nc net.Conn, d decide.Allower, maxLine int, now func() time.Time, stats *counters, log *slog.Logger) *conn {
 	small := make([]byte, min(readBufSize, maxLine+1))
 	var b *batcher
-	if bd, ok := d.(BatchDecider); ok {
+	if bd, ok := d.(decide.BatchAllower); ok {
 		b = newBatcher(bd)
 	}
 	return &conn{

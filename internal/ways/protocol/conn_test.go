@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/ways/decide"
 )
 
 // fakeConn is a net.Conn reading from chunks, each returned by one or more
@@ -60,7 +62,7 @@ func (fakeAddr) Network() string { return "fake" }
 func (fakeAddr) String() string  { return "fake" }
 
 // serveFake serves chunks on a fakeConn with lines of at most maxLine bytes.
-func serveFake(d Decider, maxLine int, chunks ...[]byte) (*fakeConn, *conn, *counters) {
+func serveFake(d decide.Allower, maxLine int, chunks ...[]byte) (*fakeConn, *conn, *counters) {
 	fc := &fakeConn{chunks: chunks}
 	var st counters
 	c := newConn(fc, d, maxLine, time.Now, &st, slog.New(slog.DiscardHandler))

@@ -4,7 +4,7 @@
 // each a throttling tag followed by '\n'. Every request gets exactly one
 // reply, "OK\n" or "NO\n", in request order. A client may pipeline: send any
 // number of requests before reading a reply. The package knows nothing of
-// buckets; each answer comes from the [Decider] given to [NewServer]. It
+// buckets; each answer comes from the [decide.Allower] given to [NewServer]. It
 // says only what is spoken on a connection: accepting, the connection
 // limit and shutdown are package serve's, of which a [Server] is made.
 //
@@ -12,7 +12,7 @@
 //
 // Tags are opaque, case-sensitive bytes (NULs and binary included), except
 // that one trailing '\r' is stripped so that `nc -C` and telnet work. An
-// empty tag is answered OK without consulting the Decider. A request line
+// empty tag is answered OK without consulting the Allower. A request line
 // may hold at most [MaxLine] bytes before its '\n'. A connection that sends
 // more without a '\n' gets the replies to its earlier lines and is then
 // closed; the event is counted in [Stats].LineTooLong and logged at Warn with
@@ -32,7 +32,7 @@
 // once used, as measured (80 KiB at most while a 64 KiB line arrives).
 // In steady state answering a request allocates nothing.
 //
-// A Decider that also implements [BatchDecider] is handed up to 64
+// An Allower that is also a [decide.BatchAllower] is handed up to 64
 // consecutive requests of a read at a time, which lets a table fetch the
 // entries of the next requests from memory while it decides one; the
 // replies are the same, in the same order.

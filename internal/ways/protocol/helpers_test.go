@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/ways/decide"
 )
 
 // ioTimeout bounds every client read and write in tests, so that a bug fails
@@ -35,7 +37,7 @@ func newCountDecider() *countDecider {
 	return &countDecider{seen: make(map[string]int)}
 }
 
-func (d *countDecider) Decide(_ time.Time, tag []byte) bool {
+func (d *countDecider) Allow(_ time.Time, tag []byte) bool {
 	d.calls.Add(1)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -83,7 +85,7 @@ type recordDecider struct {
 	tags [][]byte
 }
 
-func (d *recordDecider) Decide(_ time.Time, tag []byte) bool {
+func (d *recordDecider) Allow(_ time.Time, tag []byte) bool {
 	d.mu.Lock()
 	d.tags = append(d.tags, bytes.Clone(tag))
 	d.mu.Unlock()
@@ -105,7 +107,7 @@ type blockDecider struct {
 	release chan struct{}
 }
 
-func (d *blockDecider) Decide(_ time.Time, tag []byte) bool {
+func (d *blockDecider) Allow(_ time.Time, tag []byte) bool {
 	if string(tag) == "block" {
 		close(d.entered)
 		<-d.release
@@ -116,7 +118,7 @@ func (d *blockDecider) Decide(_ time.Time, tag []byte) bool {
 // parityDecider answers from the tag's first byte; it allocates nothing.
 type parityDecider struct{}
 
-func (parityDecider) Decide(_ time.Time, tag []byte) bool { return tag[0]&1 == 0 }
+func (parityDecider) Allow(_ time.Time, tag []byte) bool { return tag[0]&1 == 0 }
 
 // listen returns a fresh listener: a Unix socket in a temporary directory
 // for "unix", 127.0.0.1:0 for "tcp".
@@ -143,7 +145,7 @@ type testServer struct {
 
 // startServer serves one listener per network with a new Server. The
 // server is closed when the test ends, and every Serve must return nil.
-func startServer(t testing.TB, d Decider, cfg Config, networks ...string) *testServer {
+func startServer(t testing.TB, d decide.Allower, cfg Config, networks ...string) *testServer {
 	t.Helper()
 	ts := &testServer{Server: NewServer(d, cfg), served: make(chan error, len(networks))}
 	for _, n := range networks {

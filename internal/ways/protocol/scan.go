@@ -3,6 +3,8 @@ package protocol
 import (
 	"bytes"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/ways/decide"
 )
 
 // Replies, each exactly one line.
@@ -35,11 +37,11 @@ func trimCR(line []byte) []byte {
 }
 
 // answer decides one tag: an empty tag is allowed without asking d.
-func answer(d Decider, now time.Time, tag []byte) bool {
+func answer(d decide.Allower, now time.Time, tag []byte) bool {
 	if len(tag) == 0 {
 		return true
 	}
-	return d.Decide(now, tag)
+	return d.Allow(now, tag)
 }
 
 // appendReply appends the reply for one decision to out.
@@ -57,7 +59,7 @@ func appendReply(out []byte, ok bool) []byte {
 // the extended out, the number of bytes of in consumed (always up to and
 // including a '\n', or 0), and the number of lines answered. Every decision
 // is made at now.
-func answerLines(out, in []byte, now time.Time, d Decider, limit int) (_ []byte, consumed, lines int) {
+func answerLines(out, in []byte, now time.Time, d decide.Allower, limit int) (_ []byte, consumed, lines int) {
 	for len(out) < limit {
 		tag, n := nextLine(in[consumed:])
 		if n == 0 {

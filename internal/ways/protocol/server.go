@@ -13,20 +13,6 @@ import (
 	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
 
-// Decider answers one query: true for OK, false for NO. It must be safe for
-// concurrent use, and must not retain tag (or any part of it) after Decide
-// returns: the bytes belong to the connection's buffer. now is the time the
-// request was read; all requests read together share it.
-//
-// It is not the decide.Decider of the HTTP endpoint and the SPOE agent:
-// the line protocol answers only OK or NO, one token per query, and its
-// hot path returns a bool rather than a verdict whose policy and levels
-// it would never write, and decides pipelined queries in batches (see
-// BatchDecider).
-type Decider interface {
-	Decide(now time.Time, tag []byte) bool
-}
-
 // MaxLine is the hard cap on a request line, in bytes, not counting its
 // '\n'. A connection sending a longer line is closed.
 const MaxLine = limits.MaxLine
@@ -74,9 +60,9 @@ type Server struct {
 }
 
 // NewServer returns a Server answering through d. It panics if d is nil.
-func NewServer(d Decider, cfg Config) *Server {
+func NewServer(d decide.Allower, cfg Config) *Server {
 	if d == nil {
-		panic("protocol: NewServer with nil Decider")
+		panic("protocol: NewServer with nil decide.Allower")
 	}
 	h, maxConns := newHandler(cfg)
 	h.decider = d
@@ -120,7 +106,7 @@ func (s *Server) Stats() Stats {
 // hands it: queries through decider, or charges through charger when it
 // is set. It is safe for concurrent use.
 type handler struct {
-	decider Decider
+	decider decide.Allower
 	charger decide.Charger // set: the charge form (charge.go)
 	offer   Offer          // set: Unix connections may attach to the shared table (attach.go)
 	maxLine int            // MaxLine; tests lower it

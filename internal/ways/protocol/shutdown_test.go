@@ -129,7 +129,7 @@ func TestUnixAndTCP(t *testing.T) {
 	if got := query(t, u, "a"); got != replyOK {
 		t.Errorf("unix: %q, want OK", got)
 	}
-	// The Decider's state is shared: the second query of "a" is NO, the
+	// The Allower's state is shared: the second query of "a" is NO, the
 	// third OK.
 	if got := query(t, p, "a"); got != replyNO {
 		t.Errorf("tcp: %q, want NO", got)

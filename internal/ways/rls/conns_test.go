@@ -303,7 +303,7 @@ func TestHealth(t *testing.T) {
 	}
 }
 
-// blocking is a table whose Peek waits until released.
+// blocking is a table whose Check waits until released.
 type blocking struct {
 	*bucket.Table
 	entered chan struct{}
@@ -311,12 +311,12 @@ type blocking struct {
 	once    sync.Once
 }
 
-func (b *blocking) Peek(now time.Time, key string) (bucket.State, error) {
+func (b *blocking) Check(now time.Time, tag []byte, n int) bucket.Verdict {
 	b.once.Do(func() {
 		close(b.entered)
 		<-b.release
 	})
-	return b.Table.Peek(now, key)
+	return b.Table.Check(now, tag, n)
 }
 
 // TestShutdownAnswersInFlight: the stop answers the request being

@@ -17,20 +17,19 @@ import (
 // How a request's descriptors are decided (docs/integrations/envoy.md,
 // "Several descriptors"):
 //
-//  1. Check: every descriptor's bucket is read without changing it
-//     (Table.Peek) and compared with its cost; a cost of 0 asks whether
-//     one token would be served.
+//  1. Check: every descriptor is checked against its cost without
+//     spending anything (Table.Check); a cost of 0 asks whether one token
+//     would be served.
 //  2. If every descriptor would be served, each one's cost is taken, in
 //     the request's order (Table.AllowN), and the request is OK. The
 //     table decides each tag atomically, but not several together: a
 //     bucket spent by another request between the check and the spend
-//     (or a level within a nanosecond of the cost) makes its AllowN
-//     refuse. Then the request is OVER_LIMIT, the descriptors before it
-//     stay spent, and those after it are neither spent nor counted.
+//     makes its AllowN refuse (and count the refusal). Then the request
+//     is OVER_LIMIT, the descriptors before it stay spent, and those
+//     after it are neither spent nor counted.
 //  3. If any would be refused, none is spent: the request is OVER_LIMIT,
 //     and each refused descriptor is counted as a refusal by the table
-//     (asked for a cost above any burst, which it refuses without
-//     changing the bucket), as a refused query on any way in is.
+//     (Table.Refuse), as a refused query on any way in is.
 //
 // Charges are applied whatever the other descriptors decide.
 
@@ -43,10 +42,6 @@ const (
 	refuse                 // would be refused, or was
 	charged                // a charge
 )
-
-// neverServed is a cost above every policy's burst: the table refuses it
-// without changing the bucket, and counts the refusal.
-const neverServed = bucket.MaxBurst + 1
 
 // service is the RateLimitService the gRPC server serves: the Server's
 // decisions. A method the service gains in a later version of its
@@ -89,8 +84,8 @@ func (s service) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitRequest)
 	return s.answer(r, refused), nil
 }
 
-// check reads every descriptor's bucket and reports whether any would
-// be refused. Nothing changes.
+// check checks every descriptor against its cost and reports whether
+// any would be refused. Nothing changes.
 func (s *Server) check(now time.Time, r *request, unmatchedOK bool) (refused bool) {
 	for i := range r.items {
 		it := &r.items[i]
@@ -98,30 +93,16 @@ func (s *Server) check(now time.Time, r *request, unmatchedOK bool) (refused boo
 			it.outcome = charged
 			continue
 		}
-		st, _ := s.table.Peek(now, s.table.Key(r.tag(it))) // an unknown tag's State is a full bucket's
-		p := st.Policy
-		it.v = bucket.Verdict{Policy: p}
+		v := s.table.Check(now, r.tag(it), cost(it))
 		switch {
-		case p.Prefix == "" && unmatchedOK:
-			it.outcome = free
+		case v.Policy.Prefix == "" && unmatchedOK:
+			it.outcome, it.v = free, bucket.Verdict{Policy: v.Policy}
 		case it.charge:
-			it.outcome = charged
-		case p.Action == bucket.Allow:
-			it.outcome, it.v.Allowed = pass, true
-		case p.Action == bucket.Deny && !p.DryRun:
-			it.outcome = refuse
-		case p.Action == bucket.Deny:
-			it.outcome, it.v.Allowed, it.v.WouldRefuse = pass, true, true
+			it.outcome, it.v = charged, bucket.Verdict{Policy: v.Policy}
+		case v.Allowed:
+			it.outcome, it.v = pass, v
 		default:
-			it.v = level(p, st.Tokens, it.cost)
-			it.outcome = pass
-			if !it.v.Allowed {
-				if p.DryRun {
-					it.v.Allowed, it.v.WouldRefuse = true, true
-				} else {
-					it.outcome = refuse
-				}
-			}
+			it.outcome, it.v = refuse, v
 		}
 		refused = refused || it.outcome == refuse
 	}
@@ -137,9 +118,8 @@ func (s *Server) spend(now time.Time, r *request) (refused bool) {
 		if it.outcome != pass || it.cost == 0 {
 			continue
 		}
-		v := s.table.AllowN(now, r.tag(it), int(min(it.cost, neverServed)))
-		it.v = v
-		if !v.Allowed {
+		it.v = s.table.AllowN(now, r.tag(it), cost(it))
+		if !it.v.Allowed {
 			it.outcome = refuse
 			return true
 		}
@@ -147,21 +127,13 @@ func (s *Server) spend(now time.Time, r *request) (refused bool) {
 	return false
 }
 
-// countRefusals has the table count each descriptor that would be
-// refused as a refusal, without spending anything, and takes the level
-// it reads.
+// countRefusals has the table count each descriptor the check refused as
+// a refusal, spending nothing.
 func (s *Server) countRefusals(now time.Time, r *request) {
 	for i := range r.items {
-		it := &r.items[i]
-		if it.outcome != refuse || it.cost == 0 {
-			continue
+		if it := &r.items[i]; it.outcome == refuse && it.cost != 0 {
+			s.table.Refuse(now, r.tag(it))
 		}
-		v := s.table.AllowN(now, r.tag(it), neverServed)
-		if v.Policy.Action == bucket.Limit {
-			v = level(v.Policy, v.Tokens, it.cost)
-		}
-		v.Allowed, v.WouldRefuse = false, false
-		it.v = v
 	}
 }
 
@@ -174,31 +146,6 @@ func (s *Server) applyCharges(now time.Time, r *request) {
 	}
 }
 
-// level is the verdict a bucket of policy p holding tokens gives a query
-// of cost tokens (a cost of 0 asks for one) without spending it: served
-// while it holds them, never above the burst.
-func level(p bucket.Policy, tokens float64, cost uint64) bucket.Verdict {
-	v := bucket.Verdict{Policy: p, Tokens: tokens}
-	burst := float64(p.Burst)
-	if tokens < burst {
-		v.Full = seconds((burst - tokens) / p.Rate)
-	}
-	need := float64(max(cost, 1))
-	switch {
-	case need > burst:
-		v.Wait = math.MaxInt64
-	case tokens < need:
-		v.Wait = seconds((need - tokens) / p.Rate)
-	default:
-		v.Allowed = true
-	}
-	return v
-}
-
-// seconds is s seconds as a Duration, saturating.
-func seconds(s float64) time.Duration {
-	if ns := s * float64(time.Second); ns < math.MaxInt64 {
-		return time.Duration(math.Ceil(ns))
-	}
-	return math.MaxInt64
-}
+// cost is the item's cost as the table takes it: a cost past the
+// largest int is as never served as any above the burst.
+func cost(it *item) int { return int(min(it.cost, math.MaxInt)) }

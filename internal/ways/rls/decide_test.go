@@ -1,7 +1,6 @@
 package rls
 
 import (
-	"math"
 	"slices"
 	"strconv"
 	"testing"
@@ -306,29 +305,5 @@ func TestDryRun(t *testing.T) {
 	}
 	if ps := tb.PolicyStats(); ps[0].DryRunRefused != 1 {
 		t.Errorf("dry runs refused: %d, want 1", ps[0].DryRunRefused)
-	}
-}
-
-// A level's verdict: the wait for a cost, the time until full.
-func TestLevel(t *testing.T) {
-	p := bucket.Policy{Name: "p", Rate: 0.5, Burst: 4}
-	for _, tc := range []struct {
-		tokens     float64
-		cost       uint64
-		allowed    bool
-		wait, full time.Duration
-	}{
-		{4, 1, true, 0, 0},
-		{4, 4, true, 0, 0},
-		{4, 0, true, 0, 0},
-		{4, 5, false, math.MaxInt64, 0},
-		{0.5, 1, false, time.Second, 7 * time.Second},
-		{0.5, 0, false, time.Second, 7 * time.Second},
-		{-2, 2, false, 8 * time.Second, 12 * time.Second},
-	} {
-		v := level(p, tc.tokens, tc.cost)
-		if v.Allowed != tc.allowed || v.Wait != tc.wait || v.Full != tc.full || v.Tokens != tc.tokens {
-			t.Errorf("level(%v tokens, cost %d) = %+v, want allowed %v, wait %v, full %v", tc.tokens, tc.cost, v, tc.allowed, tc.wait, tc.full)
-		}
 	}
 }

@@ -127,15 +127,13 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Table is what the service asks the table: a decision or a charge for a
-// tag, and, to check every descriptor of a request before any is spent,
-// a bucket's level without changing it (Peek, given the key Key makes of
-// a tag). *bucket.Table is a Table. It must be safe for concurrent use.
+// Table is what the service asks the table: every descriptor checked
+// (decide.Checker) before any is spent (decide.Decider), and charges
+// (decide.Charger). *bucket.Table is a Table.
 type Table interface {
 	decide.Decider
+	decide.Checker
 	decide.Charger
-	Peek(now time.Time, key string) (bucket.State, error)
-	Key(tag []byte) string
 }
 
 var _ Table = (*bucket.Table)(nil)

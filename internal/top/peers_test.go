@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
-	"github.com/dthrottle/dthrottle/internal/views/topk"
+	"github.com/dthrottle/dthrottle/internal/top/topk"
 )
 
 // TestPeerMergedAndAgedOut: a peer's list adds to this node's in the

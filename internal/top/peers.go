@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dthrottle/dthrottle/internal/views/topk"
+	"github.com/dthrottle/dthrottle/internal/top/topk"
 )
 
 // This file owns the peers' side of the Board: the latest report of each

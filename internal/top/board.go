@@ -6,7 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
-	"github.com/dthrottle/dthrottle/internal/views/topk"
+	"github.com/dthrottle/dthrottle/internal/top/topk"
 )
 
 // This file owns the Board and this node's window: what the daemon feeds

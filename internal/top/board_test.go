@@ -8,7 +8,7 @@ import (
 
 	"github.com/dthrottle/dthrottle/api"
 	"github.com/dthrottle/dthrottle/internal/bucket"
-	"github.com/dthrottle/dthrottle/internal/views/topk"
+	"github.com/dthrottle/dthrottle/internal/top/topk"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

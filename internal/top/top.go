@@ -21,8 +21,13 @@
 // only 32 policies each refusing and serving hundreds of distinct tags
 // in every part, and 128 peers doing the same, reach it.
 //
-// Package top knows nothing of sockets or of the node: the daemon feeds
-// it, the node carries its reports.
+// A Feed fills a Board from the table (feed.go): at every gossip report,
+// or with gossip off from a loop of its own. Package top is the one home
+// of who is throttled; the others only call it: the table counts
+// refusals where it decides (into topk sketches, harvested by
+// TakeRefusals), internal/gossip/wire encodes a Report, the node carries
+// it, the admin endpoint serves the View, the dthrottle command shows it.
+// It knows nothing of sockets or of the node.
 package top
 
 import (
@@ -30,7 +35,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dthrottle/dthrottle/internal/views/topk"
+	"github.com/dthrottle/dthrottle/internal/top/topk"
 )
 
 // By is what a list counts: the queries refused, or the hits served.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/dthrottle/dthrottle/api"
 	"github.com/dthrottle/dthrottle/internal/bucket"
-	"github.com/dthrottle/dthrottle/internal/views/top"
+	"github.com/dthrottle/dthrottle/internal/top"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

@@ -9,8 +9,8 @@ import (
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
 	"github.com/dthrottle/dthrottle/internal/gossip/wire"
-	"github.com/dthrottle/dthrottle/internal/views/top"
-	"github.com/dthrottle/dthrottle/internal/views/topk"
+	"github.com/dthrottle/dthrottle/internal/top"
+	"github.com/dthrottle/dthrottle/internal/top/topk"
 )
 
 // exchange sends every board's report to every other over the wire

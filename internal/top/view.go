@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/api"
-	"github.com/dthrottle/dthrottle/internal/views/topk"
+	"github.com/dthrottle/dthrottle/internal/top/topk"
 )
 
 // This file owns what the Board hands out: this node's report for its
