@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/dthrottle/dthrottle/internal/admin"
 	"github.com/dthrottle/dthrottle/internal/bucket"
 	"github.com/dthrottle/dthrottle/internal/config"
 	"github.com/dthrottle/dthrottle/internal/gossip"
-	"github.com/dthrottle/dthrottle/internal/views/admin"
 )
 
 // startAdmin serves the admin endpoint on cfg.HTTP, when set.

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/dthrottle/dthrottle/internal/admin"
 	"github.com/dthrottle/dthrottle/internal/config"
-	"github.com/dthrottle/dthrottle/internal/views/admin"
 	"github.com/dthrottle/dthrottle/internal/ways/protocol"
 )
 

@@ -18,11 +18,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/admin"
 	"github.com/dthrottle/dthrottle/internal/bucket"
 	"github.com/dthrottle/dthrottle/internal/config"
 	"github.com/dthrottle/dthrottle/internal/gossip/transport"
 	"github.com/dthrottle/dthrottle/internal/top"
-	"github.com/dthrottle/dthrottle/internal/views/admin"
 )
 
 // Options is what New needs besides the config. Only Config is required;

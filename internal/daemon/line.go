@@ -3,8 +3,8 @@ package daemon
 import (
 	"net"
 
+	"github.com/dthrottle/dthrottle/internal/admin"
 	"github.com/dthrottle/dthrottle/internal/config"
-	"github.com/dthrottle/dthrottle/internal/views/admin"
 	"github.com/dthrottle/dthrottle/internal/ways/protocol"
 )
 

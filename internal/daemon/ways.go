@@ -10,8 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dthrottle/dthrottle/internal/admin"
 	"github.com/dthrottle/dthrottle/internal/config"
-	"github.com/dthrottle/dthrottle/internal/views/admin"
 	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
 
