@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bytes"
+	"cmp"
 	_ "embed"
 	"fmt"
 	"html/template"
@@ -186,7 +187,7 @@ func (s *Server) statusPage(now time.Time) statusPage {
 			row := peerRow{Node: nodeHex(peer.Node), Addr: peer.Addr, LastHeard: since(now, peer.LastHeard),
 				Packets: peer.Packets, Hits: peer.Hits, Lost: peer.Lost, Duplicates: peer.Duplicates,
 				Silent: peer.Silent, FingerprintMatch: peer.FingerprintMatch,
-				Found: or(peer.Found, "-"), Relay: or(peer.Relay, "-"),
+				Found: cmp.Or(peer.Found, "-"), Relay: cmp.Or(peer.Relay, "-"),
 				Missing: peer.Missing, Left: peer.Left, Behind: "-"}
 			if peer.Behind > 0 {
 				row.Behind = fmt.Sprintf("%.2f s", peer.Behind.Seconds())
@@ -341,11 +342,4 @@ func since(now, t time.Time) string {
 		return "never"
 	}
 	return shortdur.Format(max(now.Sub(t), 0).Round(100*time.Millisecond)) + " ago"
-}
-
-func or(s, alt string) string {
-	if s == "" {
-		return alt
-	}
-	return s
 }

@@ -23,6 +23,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -115,21 +116,14 @@ func New(d decide.Decider, cfg Config) *Server {
 	s.bufs.New = func() any { b := make([]byte, 0, 256); return &b }
 	h := newConnHandler(&http.Server{
 		Handler:           s,
-		ReadHeaderTimeout: or(cfg.ReadHeaderTimeout, DefaultReadHeaderTimeout),
-		IdleTimeout:       or(cfg.IdleTimeout, DefaultIdleTimeout),
-		WriteTimeout:      or(cfg.WriteTimeout, DefaultWriteTimeout),
+		ReadHeaderTimeout: cmp.Or(cfg.ReadHeaderTimeout, DefaultReadHeaderTimeout),
+		IdleTimeout:       cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout),
+		WriteTimeout:      cmp.Or(cfg.WriteTimeout, DefaultWriteTimeout),
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	})
 	s.Server = serve.New(h, serve.Config{Name: "http endpoint", MaxConns: maxConns, Busy: busy, Logger: log})
 	return s
-}
-
-func or(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }
 
 // SetRefuseStatus sets the status of a refusal: 429, or 403 for anything

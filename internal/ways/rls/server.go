@@ -30,6 +30,7 @@
 package rls
 
 import (
+	"cmp"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -184,7 +185,7 @@ var ServiceName = rlsv3.RateLimitService_ServiceDesc.ServiceName
 // New returns a Server that decides and charges through t. It serves
 // nothing until Serve.
 func New(t Table, cfg Config) *Server {
-	s := &Server{table: t, now: cfg.Clock, timeout: or(cfg.RequestTimeout, DefaultRequestTimeout),
+	s := &Server{table: t, now: cfg.Clock, timeout: cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout),
 		maxRequests: int64(cfg.MaxRequests), stopped: make(chan struct{})}
 	s.errBusy = status.Errorf(codes.ResourceExhausted, "rls: requests in progress: over %d", s.maxRequests)
 	s.dog = &watchdog{timeout: s.timeout}
@@ -200,11 +201,11 @@ func New(t Table, cfg Config) *Server {
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxConcurrentStreams(MaxStreams),
 		grpc.MaxHeaderListSize(maxHeaderBytes),
-		grpc.ConnectionTimeout(or(cfg.HandshakeTimeout, DefaultHandshakeTimeout)),
+		grpc.ConnectionTimeout(cmp.Or(cfg.HandshakeTimeout, DefaultHandshakeTimeout)),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionIdle: or(cfg.IdleTimeout, DefaultIdleTimeout),
-			Time:              or(cfg.KeepaliveTime, DefaultKeepaliveTime),
-			Timeout:           or(cfg.KeepaliveTimeout, DefaultKeepaliveTimeout),
+			MaxConnectionIdle: cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout),
+			Time:              cmp.Or(cfg.KeepaliveTime, DefaultKeepaliveTime),
+			Timeout:           cmp.Or(cfg.KeepaliveTimeout, DefaultKeepaliveTimeout),
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPingInterval, PermitWithoutStream: true}),
 		grpc.InTapHandle(s.tap),
@@ -221,13 +222,6 @@ func New(t Table, cfg Config) *Server {
 	h := newConnHandler(s.grpc, s.stopHealth, s.dog)
 	s.Server = serve.New(h, serve.Config{Name: "rate limit service", MaxConns: cfg.MaxConns, Logger: log})
 	return s
-}
-
-func or(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }
 
 // SetOptions sets what a reload may change: whether a descriptor no

@@ -23,6 +23,7 @@
 package spoe
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net"
@@ -113,30 +114,16 @@ func New(d decide.Decider, cfg Config) *Server {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.cfg.MaxConns = cfg.MaxConns
-	s.maxFrame = max(orInt(cfg.MaxFrameSize, DefaultMaxFrameSize), minFrameSize)
-	s.cfg.HelloTimeout = or(cfg.HelloTimeout, DefaultHelloTimeout)
-	s.cfg.FrameTimeout = or(cfg.FrameTimeout, DefaultFrameTimeout)
-	s.cfg.IdleTimeout = or(cfg.IdleTimeout, DefaultIdleTimeout)
-	s.cfg.WriteTimeout = or(cfg.WriteTimeout, DefaultWriteTimeout)
+	s.maxFrame = max(cmp.Or(cfg.MaxFrameSize, DefaultMaxFrameSize), minFrameSize)
+	s.cfg.HelloTimeout = cmp.Or(cfg.HelloTimeout, DefaultHelloTimeout)
+	s.cfg.FrameTimeout = cmp.Or(cfg.FrameTimeout, DefaultFrameTimeout)
+	s.cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout)
+	s.cfg.WriteTimeout = cmp.Or(cfg.WriteTimeout, DefaultWriteTimeout)
 	// A connection over the limit hears an AGENT-DISCONNECT (resource
 	// allocation error), so HAProxy says why in its log.
 	s.Server = serve.New(serve.HandlerFunc(s.serveConn), serve.Config{Name: "spoe", MaxConns: s.cfg.MaxConns,
 		Busy: appendDisconnect(nil, statusResources), Logger: s.log})
 	return s
-}
-
-func or(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
-}
-
-func orInt(n, def int) int {
-	if n > 0 {
-		return n
-	}
-	return def
 }
 
 // serveConn speaks SPOP on nc until it ends; the end of ctx (shutdown)
