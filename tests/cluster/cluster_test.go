@@ -2,8 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,63 +35,16 @@ func startNode(t *testing.T, gossip string) *harness.Daemon {
 	return harness.StartDaemon(t, clusterBase+gossip)
 }
 
-// ask sends one query over a fresh connection and returns the answer.
-func ask(t *testing.T, sock, tag string) bool {
-	t.Helper()
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write([]byte(tag + "\n")); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 3)
-	if _, err := harness.ReadFull(c, buf); err != nil {
-		t.Fatalf("query %q on %s: %v", tag, sock, err)
-	}
-	switch string(buf) {
-	case "OK\n":
-		return true
-	case "NO\n":
-		return false
-	}
-	t.Fatalf("query %q: reply %q", tag, buf)
-	return false
-}
-
 // spend uses up each tag's whole burst on a node, pipelined.
 func spend(t *testing.T, d *harness.Daemon, tags ...string) {
 	t.Helper()
 	for _, tag := range tags {
 		in := strings.Repeat(tag+"\n", clusterBurst+1)
 		want := strings.Repeat("OK\n", clusterBurst) + "NO\n"
-		if got := pipeline(t, d.Sock, in); got != want {
+		if got := harness.Pipeline(t, d.Sock, in); got != want {
 			t.Fatalf("spending %s on a fresh node: %d OK, want %d then NO", tag, strings.Count(got, "OK"), clusterBurst)
 		}
 	}
-}
-
-// pipeline writes in on one connection, half-closes it and returns every
-// reply.
-func pipeline(t *testing.T, sock, in string) string {
-	t.Helper()
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.Write([]byte(in)); err != nil {
-		t.Fatal(err)
-	}
-	c.(*net.UnixConn).CloseWrite()
-	out, err := io.ReadAll(c)
-	if err != nil {
-		t.Fatalf("reading replies: %v", err)
-	}
-	return string(out)
 }
 
 // awaitRefused asks d for probe until it is refused, which shows the
@@ -101,7 +52,7 @@ func pipeline(t *testing.T, sock, in string) string {
 func awaitRefused(t *testing.T, d *harness.Daemon, probe string, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
-	for ask(t, d.Sock, probe) {
+	for harness.Ask(t, d.Sock, probe) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s still served on %s after %v: no report arrived\n%s", probe, d.Sock, within, d.Stderr)
 		}
@@ -124,7 +75,7 @@ func checkConverged(t *testing.T, from *harness.Daemon, others []*harness.Daemon
 	for i, d := range others {
 		check, probe := tags[2*i], tags[2*i+1]
 		awaitRefused(t, d, probe, within)
-		if ask(t, d.Sock, check) {
+		if harness.Ask(t, d.Sock, check) {
 			t.Fatalf("node %d served %s, spent on another node before the probe and reported with it or before", i+1, check)
 		}
 	}
@@ -142,7 +93,7 @@ func TestClusterMulticast(t *testing.T) {
 	lone := startNode(t, "interval = \"200ms\"\ngroup = \"239.255.77.78:7777\"\n")
 	spend(t, nodes[1], "elsewhere")
 	awaitRefused(t, nodes[0], "elsewhere", 5*time.Second)
-	if !ask(t, lone.Sock, "elsewhere") {
+	if !harness.Ask(t, lone.Sock, "elsewhere") {
 		t.Fatal("a daemon in another group applied the report")
 	}
 }
@@ -184,13 +135,13 @@ func TestClusterWrongSecret(t *testing.T) {
 	checkConverged(t, a, []*harness.Daemon{b}, 5*time.Second)
 	// The intruder drops the cluster's reports and says so...
 	intruder.AwaitLog(t, "without a valid signature")
-	if !ask(t, intruder.Sock, fmt.Sprintf("check-%p-0", a)) {
+	if !harness.Ask(t, intruder.Sock, fmt.Sprintf("check-%p-0", a)) {
 		t.Fatal("a node with the wrong secret applied the cluster's report")
 	}
 	// ...and the cluster drops the intruder's.
 	spend(t, intruder, "forged")
 	a.AwaitLog(t, "without a valid signature")
-	if !ask(t, a.Sock, "forged") || !ask(t, b.Sock, "forged") {
+	if !harness.Ask(t, a.Sock, "forged") || !harness.Ask(t, b.Sock, "forged") {
 		t.Fatal("the cluster applied a report signed with the wrong secret")
 	}
 	// The counters and the peers view show it.
@@ -216,12 +167,12 @@ func TestClusterStopSendsLastHits(t *testing.T) {
 	gossip := "interval = \"1h\"\ngroup = \"239.255.77.77:7777\"\n"
 	a, b := startNode(t, gossip), startNode(t, gossip)
 	spend(t, a, "probe", "check")
-	if !ask(t, b.Sock, "other") {
+	if !harness.Ask(t, b.Sock, "other") {
 		t.Fatal("fresh tag refused")
 	}
 	a.Stop(t)
 	awaitRefused(t, b, "probe", 5*time.Second)
-	if ask(t, b.Sock, "check") {
+	if harness.Ask(t, b.Sock, "check") {
 		t.Fatal("a stopped node's last hits did not all arrive")
 	}
 }

@@ -207,7 +207,7 @@ func TestGrafanaMetricsServed(t *testing.T) {
 
 	// A's first run leaves a state file behind, which its second reads.
 	a := hA.Start(t, grafanaConfig(hA, secret, stateA, true))
-	if got := pipeline(t, a.Sock, "spent\nspent\nspent\nspent\n"); got != "OK\nOK\nOK\nNO\n" {
+	if got := harness.Pipeline(t, a.Sock, "spent\nspent\nspent\nspent\n"); got != "OK\nOK\nOK\nNO\n" {
 		t.Fatalf("spending a tag before the restart: %q", got)
 	}
 	a.Stop(t)
@@ -224,7 +224,7 @@ func TestGrafanaMetricsServed(t *testing.T) {
 	for i, d := range []*harness.Daemon{a, b} {
 		// Tags of each daemon's own, which no report of the other spent.
 		in := strings.ReplaceAll("x%\nx%\nx%\nx%\nlogin:%\nlogin:%\ntry:%\ntry:%\n\n", "%", fmt.Sprint(i))
-		if got := pipeline(t, d.Sock, in); got != "OK\nOK\nOK\nNO\nOK\nNO\nOK\nOK\nOK\n" {
+		if got := harness.Pipeline(t, d.Sock, in); got != "OK\nOK\nOK\nNO\nOK\nNO\nOK\nOK\nOK\n" {
 			t.Fatalf("queries on %s: %q", d.Sock, got)
 		}
 	}

@@ -27,9 +27,6 @@ import (
 // The bridge floods multicast to every port (IGMP snooping off), and
 // nftables rules on it inject faults.
 
-// faultPolicy is the default policy of the fault tests' clusters.
-var faultPolicy = harness.NodeConfig{Rate: 20, Burst: 10}
-
 // TestMultiHost checks the multi-host cluster itself: each node alone in
 // its namespace with its own address, the bridge flooding multicast, the
 // nodes hearing each other from their own addresses, and a tag spent on
@@ -60,7 +57,7 @@ func TestMultiHost(t *testing.T) {
 		t.Fatalf("bridge: %v %s; want mcast_snooping 0", err, out)
 	}
 
-	c := faultPolicy
+	c := harness.FaultPolicy
 	c.Policies = "[[policy]]\nname = \"probe\"\nprefix = \"probe:\"\nrate = 0.001\nburst = 5\n"
 	ds := l.StartAll(t, c)
 	for i, d := range ds {
@@ -77,14 +74,14 @@ func TestMultiHost(t *testing.T) {
 			}
 		}
 	}
-	if got := pipeline(t, ds[0].Sock, strings.Repeat("probe:x\n", 6)); got != strings.Repeat("OK\n", 5)+"NO\n" {
+	if got := harness.Pipeline(t, ds[0].Sock, strings.Repeat("probe:x\n", 6)); got != strings.Repeat("OK\n", 5)+"NO\n" {
 		t.Fatalf("spending probe:x on node 1: %q", got)
 	}
 	for i, d := range ds[1:] {
 		harness.Poll(t, 5*time.Second, fmt.Sprintf("node %d to apply node 1's report", i+2), func() bool {
 			return d.Tag(t, "probe:x").Tokens < 1
 		})
-		if ask(t, d.Sock, "probe:x") {
+		if harness.Ask(t, d.Sock, "probe:x") {
 			t.Errorf("node %d served probe:x, spent on node 1", i+2)
 		}
 	}

@@ -79,7 +79,7 @@ http = "%s:0"
 
 	const tag = "resolved-peers"
 	for range 5 {
-		if !ask(t, s.Sock, tag) {
+		if !harness.Ask(t, s.Sock, tag) {
 			t.Fatalf("the sender refused %s within its burst", tag)
 		}
 	}

@@ -75,7 +75,7 @@ func rollingRestart(t *testing.T, warm bool, sig syscall.Signal) {
 	if !netns.Run(t) {
 		return
 	}
-	c := faultPolicy
+	c := harness.FaultPolicy
 	if !warm {
 		c.Gossip = "warm_start = false\n"
 	}
@@ -113,7 +113,7 @@ func rollingRestart(t *testing.T, warm bool, sig syscall.Signal) {
 	}
 	restarts := len(l.Hosts)
 	n := len(l.Hosts)
-	base := bound(n, c, harness.FaultDelay, ld.Duration())
+	base := harness.Bound(n, c, harness.FaultDelay, ld.Duration())
 	perRestart := c.Rate * (harness.LANInterval + harness.FaultDelay).Seconds()
 	limit := base + float64(restarts)*perRestart + float64(unreported)
 	served := ld.Served()

@@ -107,7 +107,7 @@ func (n *specNode) level(t *testing.T) (float64, time.Time) {
 func (n *specNode) decide(t *testing.T, c specClock, step string, want bool) {
 	t.Helper()
 	tokens, at := n.level(t)
-	if got := ask(t, n.d.Sock, specTag); got != want {
+	if got := harness.Ask(t, n.d.Sock, specTag); got != want {
 		t.Errorf("%s: %s answered %s at %s with %.3f tokens just before, want %s",
 			step, n.name, okNO(got), c.rel(at), tokens, okNO(want))
 	}
@@ -166,7 +166,7 @@ func TestSpecTimelineRealDaemons(t *testing.T) {
 		{b, 8, strings.Repeat("OK\n", 8)},
 	} {
 		s.n.spent = time.Now()
-		if got := pipeline(t, s.n.d.Sock, strings.Repeat(specTag+"\n", s.sent)); got != s.want {
+		if got := harness.Pipeline(t, s.n.d.Sock, strings.Repeat(specTag+"\n", s.sent)); got != s.want {
 			t.Fatalf("T0: %d queries of C on %s: %d OK, %d NO (%q), want %q",
 				s.sent, s.n.name, strings.Count(got, "OK"), strings.Count(got, "NO"), got, s.want)
 		}

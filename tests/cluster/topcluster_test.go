@@ -130,7 +130,7 @@ func TestTopCluster(t *testing.T) {
 	// 1. On A only: the burst served, then refusals, each one counted.
 	var served, refused uint64
 	for refused < 4 {
-		if ask(t, a.Sock, topTag) {
+		if harness.Ask(t, a.Sock, topTag) {
 			served++
 		} else {
 			refused++
@@ -183,7 +183,7 @@ func TestTopCluster(t *testing.T) {
 	// hits, which its next report carries: then every node counts all
 	// three, within the bound of step 2.
 	for i, d := range []*harness.Daemon{b, c} {
-		if !ask(t, d.Sock, "only-"+names[i+1]) {
+		if !harness.Ask(t, d.Sock, "only-"+names[i+1]) {
 			t.Fatalf("%s refused its first query of a tag of its own", names[i+1])
 		}
 	}

@@ -54,7 +54,7 @@ func warmGroupAndPeers(t *testing.T, drop string) {
 		_, ok := harness.Scrape(t, a.AdminAddr(t))["dthrottle_warm_duration_seconds"]
 		return ok
 	})
-	if got := pipeline(t, a.Sock, strings.Repeat("hot\n", c.Burst+2)); !strings.HasSuffix(got, "NO\nNO\n") {
+	if got := harness.Pipeline(t, a.Sock, strings.Repeat("hot\n", c.Burst+2)); !strings.HasSuffix(got, "NO\nNO\n") {
 		t.Fatalf("spending the tag: %q, want its last queries refused", got)
 	}
 	// An answer leaves out the hits no peer knows yet: once reported,
@@ -88,7 +88,7 @@ func warmGroupAndPeers(t *testing.T, drop string) {
 	if received-refused > 1 {
 		t.Errorf("the answering node answered %v of %v requests from one asker, want one", received-refused, received)
 	}
-	if got := pipeline(t, b.Sock, "hot\nhot\nhot\nhot\nhot\nhot\n"); !strings.HasSuffix(got, "NO\n") {
+	if got := harness.Pipeline(t, b.Sock, "hot\nhot\nhot\nhot\nhot\nhot\n"); !strings.HasSuffix(got, "NO\n") {
 		t.Errorf("the new node on the spent tag: %q, want it refused within a few queries", got)
 	}
 	t.Logf("drop=%s: requests received %v, refused %v; answer packets sent %v", drop, received, refused, sent)

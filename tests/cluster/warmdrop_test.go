@@ -58,7 +58,7 @@ func TestSnapshotAnswersDropped(t *testing.T) {
 	if v := d.Tag(t, "victim"); v.Tracked {
 		t.Errorf("a dropped answer lowered a bucket: %+v", v)
 	}
-	if got := pipeline(t, d.Sock, "victim\n"); got != "OK\n" {
+	if got := harness.Pipeline(t, d.Sock, "victim\n"); got != "OK\n" {
 		t.Errorf("after the bad answers: %q, want the daemon serving", got)
 	}
 	u, a, v := counts()
@@ -72,7 +72,7 @@ func TestSnapshotAnswersDropped(t *testing.T) {
 func warmedStranger(t *testing.T) ([]byte, harness.NodeConfig, *harness.Tap, *harness.Daemon) {
 	t.Helper()
 	key := []byte("the cluster's secret, 32 bytes..")
-	c := faultPolicy
+	c := harness.FaultPolicy
 	c.Secret = filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(c.Secret, key, 0o600); err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ func TestSnapshotRequestsFromStrangers(t *testing.T) {
 		return
 	}
 	key, c, tp, d := warmedStranger(t)
-	if got := pipeline(t, d.Sock, strings.Repeat("hot\n", c.Burst+1)); !strings.HasSuffix(got, "NO\n") {
+	if got := harness.Pipeline(t, d.Sock, strings.Repeat("hot\n", c.Burst+1)); !strings.HasSuffix(got, "NO\n") {
 		t.Fatalf("spending the tag: %q, want the last query refused", got)
 	}
 	// An answer leaves out the hits no peer knows yet: once reported,
@@ -97,7 +97,7 @@ func TestSnapshotRequestsFromStrangers(t *testing.T) {
 	if end.received-c0.received != 2 {
 		t.Errorf("requests received: %v, want the first and the same node asking again", end.received-c0.received)
 	}
-	if got := pipeline(t, d.Sock, "other\n"); got != "OK\n" {
+	if got := harness.Pipeline(t, d.Sock, "other\n"); got != "OK\n" {
 		t.Errorf("after the bad requests: %q, want the daemon serving", got)
 	}
 	t.Logf("dropped or refused: %v duplicate, %v refused, %v auth, %v malformed, %v version", end.dup-answered.dup,

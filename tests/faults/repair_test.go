@@ -1,4 +1,4 @@
-package cluster
+package faults
 
 import (
 	"fmt"
@@ -105,7 +105,7 @@ func repairMulticast(t *testing.T) {
 	if !netns.Run(t) {
 		return
 	}
-	compareRepair(t, repairCase{20 * time.Second, faultPolicy, 200}, func(t *testing.T, i int, c harness.NodeConfig) ([]*harness.Host, []*harness.Daemon, []string) {
+	compareRepair(t, repairCase{20 * time.Second, harness.FaultPolicy, 200}, func(t *testing.T, i int, c harness.NodeConfig) ([]*harness.Host, []*harness.Daemon, []string) {
 		hosts := newSegment(t, fmt.Sprintf("rp%d", i), 2*i-1, 4)
 		var ds []*harness.Daemon
 		for _, h := range hosts {

@@ -1,4 +1,4 @@
-package cluster
+package faults
 
 import (
 	"fmt"
@@ -50,7 +50,7 @@ func partitionSplit(t *testing.T, policy string, unicast bool) {
 	}
 	const splitFor = 30 * time.Second
 	l := harness.NewLAN(t, 4)
-	c, perSecond := faultPolicy, harness.FaultLoad
+	c, perSecond := harness.FaultPolicy, harness.FaultLoad
 	if unicast {
 		c, perSecond = repairPolicy, 20 // the one tag at 10x its rate
 	}

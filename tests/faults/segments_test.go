@@ -1,4 +1,4 @@
-package cluster
+package faults
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ const (
 )
 
 // segPolicy: a burst of 10 and a rate of 20/s, as the fault tests'.
-var segPolicy = faultPolicy
+var segPolicy = harness.FaultPolicy
 
 // newSegment builds bridge name with n hosts on subnet "10.78.<net>".
 func newSegment(t *testing.T, name string, subnet, n int) []*harness.Host {

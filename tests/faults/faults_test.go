@@ -1,4 +1,4 @@
-package cluster
+package faults
 
 import (
 	"fmt"
@@ -17,24 +17,16 @@ import (
 )
 
 // The fault tests hammer one tag on every node of a multi-host cluster
-// (multihost_test.go) while something goes wrong between the peers, and
+// (tests/cluster/multihost_test.go) while something goes wrong between the peers, and
 // hold the served count to the cluster bound (docs/design.md, The cluster bound). Each logs a "figures:"
 // line (go test -v) for docs/reliability.md's table of faults between peers.
-
-// bound is the cluster bound's most that n nodes with burst b and rate r,
-// reporting every lanInterval with delivery delay d, serve a tag over a
-// window w: b + r*w + (n-1)*(b + r*(I+d)).
-func bound(n int, c harness.NodeConfig, d, w time.Duration) float64 {
-	b, r := float64(c.Burst), c.Rate
-	return b + r*w.Seconds() + float64(n-1)*(b+r*(harness.LANInterval+d).Seconds())
-}
 
 // checkBound checks what the load was served, over the whole run and in
 // its busiest second, against the bound for n nodes of policy c with delay
 // d, plus lost hits, and returns the whole run's bound.
 func checkBound(t *testing.T, l *harness.Load, n int, c harness.NodeConfig, d time.Duration, lost int) float64 {
 	t.Helper()
-	whole, second := bound(n, c, d, l.Duration()), bound(n, c, d, time.Second)
+	whole, second := harness.Bound(n, c, d, l.Duration()), harness.Bound(n, c, d, time.Second)
 	if s := l.Served(); float64(s) > whole+float64(lost) {
 		t.Errorf("served %d in %v, over the bound %.0f for %d nodes plus %d hits lost", s, l.Duration(), whole, n, lost)
 	}
@@ -60,14 +52,14 @@ func TestFaults(t *testing.T) {
 // (reports, repair requests and resends alike). Every node asks for what
 // it misses and has it sent again (docs/design.md, "Lost reports are
 // repaired"), so few hits are lost for good; the cluster may serve more
-// than the bound by at most those. tests/repair_test.go compares such
+// than the bound by at most those. repair_test.go compares such
 // runs with lossless ones.
 func faultLoss(t *testing.T) {
 	if !netns.Run(t) {
 		return
 	}
 	l := harness.NewLAN(t, 4)
-	ds := l.StartAll(t, faultPolicy)
+	ds := l.StartAll(t, harness.FaultPolicy)
 	harness.NFT(t, `table bridge loss {
 	chain forward {
 		type filter hook forward priority 0; policy accept;
@@ -82,7 +74,7 @@ func faultLoss(t *testing.T) {
 	// The node that serves last in a window bounds it; it may have
 	// missed at most what the receiver that missed most did.
 	worst, sum := harness.Missed(t, ld, ds)
-	limit := checkBound(t, ld, len(ds), faultPolicy, harness.FaultDelay, worst)
+	limit := checkBound(t, ld, len(ds), harness.FaultPolicy, harness.FaultDelay, worst)
 	for i, d := range ds {
 		if c := harness.Totals(t, d); c["asked"] == 0 || c["repaired"] == 0 {
 			t.Errorf("node %d asked for no datagram again, or had none repaired: %v", i+1, c)
@@ -107,7 +99,7 @@ func faultKill(t *testing.T) {
 		return
 	}
 	l := harness.NewLAN(t, 4)
-	ds := l.StartAll(t, faultPolicy)
+	ds := l.StartAll(t, harness.FaultPolicy)
 	victim, old := l.Hosts[1], ds[1]
 	oldID := old.NodeID(t)
 	survivors := []*harness.Daemon{ds[0], ds[2], ds[3]}
@@ -151,7 +143,7 @@ func faultKill(t *testing.T) {
 	if worst, _ := harness.Missed(t, ld, survivors); worst != 0 {
 		t.Errorf("survivors missed %d of each other's hits on a lossless bridge", worst)
 	}
-	limit := checkBound(t, ld, len(ds)+1, faultPolicy, harness.FaultDelay, unreported)
+	limit := checkBound(t, ld, len(ds)+1, harness.FaultPolicy, harness.FaultDelay, unreported)
 	harness.Figures(t, ld, limit, fmt.Sprintf("killed at %.1fs, %v after its last report: %d served by it, %d of them never reported (%d served since that report); restarted, answering, within %v",
 		killed.Sub(ld.Start).Seconds(), killed.Sub(reported).Round(time.Millisecond), servedOld, unreported, sinceReport, up.Round(time.Millisecond)), harness.Totals(t, alive...))
 }
@@ -166,7 +158,7 @@ func faultPartition(t *testing.T) {
 		return
 	}
 	l := harness.NewLAN(t, 4)
-	ds := l.StartAll(t, faultPolicy)
+	ds := l.StartAll(t, harness.FaultPolicy)
 	harness.NFT(t, `table bridge partition {
 	chain forward {
 		type filter hook forward priority 0; policy accept;
@@ -188,20 +180,20 @@ func faultPartition(t *testing.T) {
 	ld.Wait(t, 0)
 	harness.Settle(t, ds, ld.End)
 
-	sideLimit := bound(2, faultPolicy, harness.FaultDelay, split)
+	sideLimit := harness.Bound(2, harness.FaultPolicy, harness.FaultDelay, split)
 	var sides []string
 	for i, side := range [][]*harness.Daemon{ds[:2], ds[2:]} {
 		n := ld.ServedIn(ld.Start, ld.Start.Add(split), side...)
 		// Not starved either: it had its own rate, less what a debt
 		// carried in could take.
-		if float64(n) > sideLimit || float64(n) < faultPolicy.Rate*split.Seconds()/2 {
-			t.Errorf("side %d served %d while split for %v: want at most the bound %.0f for two nodes, and about r*T (%.0f)", i+1, n, split, sideLimit, faultPolicy.Rate*split.Seconds())
+		if float64(n) > sideLimit || float64(n) < harness.FaultPolicy.Rate*split.Seconds()/2 {
+			t.Errorf("side %d served %d while split for %v: want at most the bound %.0f for two nodes, and about r*T (%.0f)", i+1, n, split, sideLimit, harness.FaultPolicy.Rate*split.Seconds())
 		}
 		sides = append(sides, fmt.Sprintf("%d (%.1f/s)", n, float64(n)/split.Seconds()))
 	}
 	rest := ld.End.Sub(healed)
 	after := ld.ServedIn(healed, ld.End.Add(time.Nanosecond))
-	afterLimit := bound(len(ds), faultPolicy, harness.FaultDelay, rest)
+	afterLimit := harness.Bound(len(ds), harness.FaultPolicy, harness.FaultDelay, rest)
 	if float64(after) > afterLimit {
 		t.Errorf("served %d in the %v after healing, over the bound %.0f for the whole cluster", after, rest, afterLimit)
 	}
@@ -243,7 +235,7 @@ func faultDuplicateReorder(t *testing.T) {
 	}
 }`)
 	swapped := harness.NewTap(t).Relay(l.Hosts[0].Addr)
-	ds := l.StartAll(t, faultPolicy)
+	ds := l.StartAll(t, harness.FaultPolicy)
 	ld := harness.StartLoad(l.Hosts, "dup", 5*time.Second)
 	ld.Wait(t, 0)
 	harness.Settle(t, ds, ld.End)
@@ -263,7 +255,7 @@ func faultDuplicateReorder(t *testing.T) {
 		return ds[2].Peers(t)[id1].Lost == 0
 	})
 	// The relay holds a datagram until the next: up to an interval more.
-	limit := checkBound(t, ld, len(ds), faultPolicy, harness.FaultDelay+harness.LANInterval, 0)
+	limit := checkBound(t, ld, len(ds), harness.FaultPolicy, harness.FaultDelay+harness.LANInterval, 0)
 	harness.Figures(t, ld, limit, fmt.Sprintf("%d pairs of node 1's datagrams swapped on their way to node 3; every hit applied exactly once on every node", swapped.Load()), harness.Totals(t, ds...))
 }
 
@@ -278,7 +270,7 @@ func faultForged(t *testing.T, secret bool) {
 		return
 	}
 	l := harness.NewLAN(t, 3)
-	c := faultPolicy
+	c := harness.FaultPolicy
 	c.Policies = "[[policy]]\nname = \"replay\"\nprefix = \"replay:\"\nrate = 0.001\nburst = 100\n"
 	var key []byte
 	keys := [][]byte{nil} // the forgeries' keys
@@ -318,13 +310,13 @@ func faultForged(t *testing.T, secret bool) {
 			return harness.Totals(t, d)["auth"] >= float64(len(keys)) || d.Tag(t, "victim").Tokens < 0
 		})
 		_, listed := d.Peers(t)[fmt.Sprintf("%016x", forger)]
-		if served := ask(t, d.Sock, "victim"); served != secret || listed == secret {
+		if served := harness.Ask(t, d.Sock, "victim"); served != secret || listed == secret {
 			t.Errorf("node %d, secret %v: victim served %v, forger in its peers %v", i+1, secret, served, listed)
 		}
 	}
 
 	// A replay of node 1's report of 40 hits, to nodes that applied it.
-	if got := pipeline(t, ds[0].Sock, strings.Repeat("replay:x\n", 40)); got != strings.Repeat("OK\n", 40) {
+	if got := harness.Pipeline(t, ds[0].Sock, strings.Repeat("replay:x\n", 40)); got != strings.Repeat("OK\n", 40) {
 		t.Fatalf("spending replay:x on node 1: %q", got)
 	}
 	report, _ := tp.Capture(t, key, func(p transport.Packet, m wire.Message) bool {
@@ -375,7 +367,7 @@ func faultForged(t *testing.T, secret bool) {
 		// the report of a hit it serves is dropped like the rest.
 		n1, _ := strconv.ParseUint(id1, 16, 64)
 		forge(n1, nil, nil, 1<<62)
-		if got := pipeline(t, ds[0].Sock, "replay:y\n"); got != "OK\n" {
+		if got := harness.Pipeline(t, ds[0].Sock, "replay:y\n"); got != "OK\n" {
 			t.Fatalf("replay:y on node 1: %q", got)
 		}
 		spent := time.Now()
@@ -401,8 +393,8 @@ func faultPolicies(t *testing.T) {
 		return
 	}
 	l := harness.NewLAN(t, 3)
-	other := harness.NodeConfig{Rate: 2 * faultPolicy.Rate, Burst: 2 * faultPolicy.Burst}
-	ds := []*harness.Daemon{l.Hosts[0].Start(t, faultPolicy), l.Hosts[1].Start(t, faultPolicy), l.Hosts[2].Start(t, other)}
+	other := harness.NodeConfig{Rate: 2 * harness.FaultPolicy.Rate, Burst: 2 * harness.FaultPolicy.Burst}
+	ds := []*harness.Daemon{l.Hosts[0].Start(t, harness.FaultPolicy), l.Hosts[1].Start(t, harness.FaultPolicy), l.Hosts[2].Start(t, other)}
 	harness.AwaitPeers(t, ds, 2)
 	ld := harness.StartLoad(l.Hosts, "policies", 3*time.Second)
 	ld.Wait(t, 0)
@@ -419,5 +411,5 @@ func faultPolicies(t *testing.T) {
 		}
 	}
 	limit := checkBound(t, ld, len(ds), other, harness.FaultDelay, 0)
-	harness.Figures(t, ld, limit, fmt.Sprintf("bound with the largest policy (rate %g, burst %d); %.0f with the others'", other.Rate, other.Burst, bound(len(ds), faultPolicy, harness.FaultDelay, ld.Duration())), harness.Totals(t, ds...))
+	harness.Figures(t, ld, limit, fmt.Sprintf("bound with the largest policy (rate %g, burst %d); %.0f with the others'", other.Rate, other.Burst, harness.Bound(len(ds), harness.FaultPolicy, harness.FaultDelay, ld.Duration())), harness.Totals(t, ds...))
 }
