@@ -1,16 +1,12 @@
 package harness
 
 import (
-	"bytes"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -100,44 +96,7 @@ Include %[2]s/dthrottle.conf
 	confPath := filepath.Join(dir, "httpd.conf")
 	Must(t, os.WriteFile(confPath, []byte(conf.String()), 0o644))
 
-	cmd := exec.Command(apache, "-f", confPath, "-DFOREGROUND")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	Must(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	a := &ApacheServer{URL: fmt.Sprintf("http://127.0.0.1:%d/", port), ErrLog: filepath.Join(dir, "error.log")}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			t.Errorf("apache2 did not stop within 10s of SIGTERM")
-			<-done
-		}
-	})
-	// Listening is enough: a connection waits in the backlog until a child
-	// takes it. Probing with HTTP would spend a token.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			c.Close()
-			return a
-		}
-		select {
-		case err := <-done:
-			log, _ := os.ReadFile(a.ErrLog)
-			t.Fatalf("apache2 exited: %v\n%s%s\nconfig:\n%s", err, out.String(), log, conf.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("apache2 not listening after 10s:\n%s", out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return runApache(t, apache, confPath, port, filepath.Join(dir, "error.log"))
 }
 
 // Get fetches the site's root and returns the status and Retry-After.

@@ -159,29 +159,7 @@ func (p *hsProxy) Output() string {
 }
 
 // workers returns the pids of the master's children, its workers.
-func (p *hsProxy) workers(t *testing.T) []int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	Must(t, err)
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, not ")".
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 1 && f[1] == strconv.Itoa(p.Cmd.Process.Pid) && f[0] != "Z" {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
+func (p *hsProxy) workers(t *testing.T) []int { return childPIDs(t, p.Cmd.Process.Pid) }
 
 // Worker returns the pid of the master's one worker, waiting for the
 // others (a reload's former worker) to leave.
