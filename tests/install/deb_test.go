@@ -1,4 +1,4 @@
-package packaging
+package install
 
 import (
 	"bytes"
