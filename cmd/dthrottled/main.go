@@ -77,25 +77,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	log := slog.New(handler)
 	notify := notifier{log}
+	// Signals are caught before the first socket opens: a SIGTERM that
+	// comes as soon as the daemon answers stops it cleanly, not by the
+	// default action, which would leave its sockets behind.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	inherited, err := daemon.SystemdListeners()
 	if err == nil {
 		var d *daemon.Daemon
 		d, err = daemon.New(daemon.Options{Config: cfg, Path: *path, Listeners: inherited, Logger: log,
 			Level: level, Notifier: notify, WatchdogEvery: notify.watchdogEvery(), Version: daemon.Version(version)})
 		if err == nil {
-			return serve(d, log)
+			return serve(d, log, sigs)
 		}
 	}
 	log.Error("cannot start", "config", describe(*path), "err", err)
 	return 1
 }
 
-// serve runs d until SIGINT or SIGTERM, reloading it on SIGHUP.
-func serve(d *daemon.Daemon, log *slog.Logger) int {
+// serve runs d until sigs brings SIGINT or SIGTERM, reloading it on
+// SIGHUP.
+func serve(d *daemon.Daemon, log *slog.Logger, sigs <-chan os.Signal) int {
 	ctx, cancel := context.WithCancel(context.Background())
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
 	go func() {
 		for sig := range sigs {
 			if sig == syscall.SIGHUP {
