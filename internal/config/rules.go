@@ -113,6 +113,16 @@ var rules = map[string]rule{
 	// The requests in progress on all connections together.
 	"rls.max_requests": {span: &span{lo: 1, hi: maxRLSRequests}},
 
+	"haproxy.listen":         {text: `"host:port"; another address than every other listener's; haproxy.tables must then name a table`},
+	"haproxy.name":           {text: fmt.Sprintf(`1 to %d bytes of letters, digits and ".-_:"`, maxHAProxyName)},
+	"haproxy.peers":          {text: fmt.Sprintf(`each 1 to %d bytes of letters, digits and ".-_:"`, maxHAProxyName)},
+	"haproxy.tables":         {text: fmt.Sprintf(`at most %d names, each once, each 1 to %d bytes of letters, digits and ".-_:" after an optional "/"`, maxHAProxyTables, maxHAProxyName)},
+	"haproxy.counter":        {choice: &choice{values: haproxyCounters, oneOf: true}},
+	"haproxy.prefix":         {text: "no newline or NUL"},
+	"haproxy.max_keys":       {span: &span{lo: 1, hi: maxHAProxyKeys}},
+	"haproxy.max_conns":      {span: &span{lo: 1, hi: maxHAProxyConns}},
+	"haproxy.check_interval": {span: &span{lo: float64(minHAProxyInterval), hi: float64(maxHAProxyInterval)}},
+
 	"log.format": {choice: &choice{values: []string{"text", "json"}}},
 	"log.level":  {choice: &choice{values: []string{"debug", "info", "warn", "error"}, oneOf: true}},
 
