@@ -44,7 +44,7 @@ type entry struct {
 	key     string // the key's bytes as HAProxy sends them
 	tag     string // the tag it is charged to
 	seen    time.Time
-	flagged bool // the flag HAProxy holds, as last pushed
+	flag    uint32 // the gpt0 HAProxy holds, as last pushed: 0 served, else refused until this Unix second
 	counts  []sourceCount
 	pos     int // in book.list
 }
@@ -270,16 +270,33 @@ func (b *book) remove(e *entry) {
 	b.list = b.list[:len(b.list)-1]
 }
 
+// maxWait bounds the time a flag says a token is back in.
+const maxWait = 24 * time.Hour
+
+// flagOf is the gpt0 of a verdict at now: 0 when the next request is
+// served, else the Unix second, rounded up, at which it would be.
+func flagOf(now time.Time, v bucket.Verdict) uint32 {
+	if v.Allowed {
+		return 0
+	}
+	until := now.Add(min(max(v.Wait, 0), maxWait))
+	sec := until.Unix()
+	if until.Nanosecond() > 0 {
+		sec++
+	}
+	return uint32(max(sec, now.Unix()+1))
+}
+
 // check asks the table whether e's tag would be served now, and pushes
 // the flag to every connection where it changed.
 func (b *book) check(now time.Time, e *entry) {
-	refused := !b.table.Check(now, bytesOf(e.tag), 1).Allowed
+	flag := flagOf(now, b.table.Check(now, bytesOf(e.tag), 1))
 	b.mu.Lock()
-	if refused == e.flagged {
+	if flag == e.flag {
 		b.mu.Unlock()
 		return
 	}
-	e.flagged = refused
+	e.flag = flag
 	b.pushLocked(e)
 	b.mu.Unlock()
 }
@@ -288,7 +305,7 @@ func (b *book) check(now time.Time, e *entry) {
 func (b *book) pushLocked(e *entry) {
 	b.stats.pushes.Add(1)
 	for s := range b.sessions {
-		s.queue(e.table, e.key, e.flagged)
+		s.queue(e.table, e.key, e.flag)
 	}
 }
 
@@ -317,17 +334,19 @@ func (b *book) round(now time.Time, budget int, idle time.Duration) int {
 	return len(batch)
 }
 
-// flagged returns the keys of table ti whose flag is set, for a resync.
-func (b *book) flagged(ti int) []string {
+// flagged returns the entries of table ti whose flag is set, for a
+// resync: their keys and flags.
+func (b *book) flagged(ti int) ([]string, []uint32) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var keys []string
+	var flags []uint32
 	for _, e := range b.list {
-		if e.table == ti && e.flagged {
-			keys = append(keys, e.key)
+		if e.table == ti && e.flag != 0 {
+			keys, flags = append(keys, e.key), append(flags, e.flag)
 		}
 	}
-	return keys
+	return keys, flags
 }
 
 // join adds s to the connections flags are pushed to; leave removes it.

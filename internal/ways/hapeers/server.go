@@ -7,8 +7,9 @@
 // http_req_cnt, counting the requests HAProxy served) into hits of the
 // entry's tag, charged to the table (into debt if need be, and reported
 // to dthrottled's peers like every hit), and pushes back into the same
-// entry the gpt0 flag HAProxy's ACLs read: 1 while the tag's bucket holds
-// less than a token, 0 again when it holds one. HAProxy then decides
+// entry the gpt0 flag HAProxy's ACLs read: while the tag's bucket holds
+// less than a token, the Unix second (rounded up) at which it will hold
+// one, for Retry-After; 0 again once it holds one. HAProxy then decides
 // every request at the speed of its own stick table, on the count of the
 // whole fleet.
 //
@@ -127,7 +128,7 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	s.startChecks()
 	defer s.stopChecks()
 	c := &session{s: s, nc: nc, remote: make(map[uint64]int), defs: make(map[uint64]*Definition),
-		lastGet: make(map[uint64]uint32), pending: make(map[push]bool), acks: make(map[uint64]uint32), wake: make(chan struct{}, 1)}
+		lastGet: make(map[uint64]uint32), pending: make(map[push]uint32), acks: make(map[uint64]uint32), wake: make(chan struct{}, 1)}
 	c.serve(ctx)
 }
 

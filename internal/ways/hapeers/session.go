@@ -47,7 +47,7 @@ type session struct {
 	lastGet map[uint64]uint32 // per HAProxy table id, the last update id taken
 
 	mu      sync.Mutex
-	pending map[push]bool // flags to push, the latest of each
+	pending map[push]uint32 // flags to push, the latest of each
 	order   []push        // pending's keys in the order first queued
 	acks    map[uint64]uint32
 	ctrl    []byte // control messages to send
@@ -55,7 +55,7 @@ type session struct {
 }
 
 // queue schedules the flag of key in table ti; the writer sends the latest.
-func (c *session) queue(ti int, key string, flagged bool) {
+func (c *session) queue(ti int, key string, flag uint32) {
 	c.mu.Lock()
 	p := push{ti, key}
 	if _, ok := c.pending[p]; !ok {
@@ -66,7 +66,7 @@ func (c *session) queue(ti int, key string, flagged bool) {
 		}
 		c.order = append(c.order, p)
 	}
-	c.pending[p] = flagged
+	c.pending[p] = flag
 	c.mu.Unlock()
 	c.signal()
 }
@@ -284,8 +284,9 @@ func (c *session) flushAcks() {
 // flag of every key refused now, then "resync finished".
 func (c *session) resync() {
 	for ti := range c.s.book.tables {
-		for _, k := range c.s.book.flagged(ti) {
-			c.queue(ti, k, true)
+		keys, flags := c.s.book.flagged(ti)
+		for i, k := range keys {
+			c.queue(ti, k, flags[i])
 		}
 	}
 	c.mu.Lock()
@@ -317,7 +318,7 @@ func (c *session) write(ctx context.Context, done <-chan struct{}) {
 		out = out[:0]
 		c.mu.Lock()
 		order, pending := c.order, c.pending
-		c.order, c.pending = nil, make(map[push]bool, len(pending))
+		c.order, c.pending = nil, make(map[push]uint32, len(pending))
 		ctrl := c.ctrl
 		c.ctrl = nil
 		c.mu.Unlock()
@@ -334,11 +335,7 @@ func (c *session) write(ctx context.Context, done <-chan struct{}) {
 				cur = p.table
 			}
 			id++
-			v := uint64(0)
-			if pending[p] {
-				v = 1
-			}
-			out = AppendUpdate(out, d, id, []byte(p.key), []uint64{v})
+			out = AppendUpdate(out, d, id, []byte(p.key), []uint64{uint64(pending[p])})
 		}
 		out = append(out, ctrl...)
 		if len(out) == 0 && time.Since(last) >= heartbeatEvery {
