@@ -142,7 +142,8 @@ func (c *session) serve(ctx context.Context) {
 	close(done)
 	wg.Wait()
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
-		c.s.log.Warn("haproxy peers: connection ended", "peer", c.peer, "err", err)
+		// HAProxy's old process leaves this way at every reload.
+		c.s.log.Info("haproxy peers: disconnected", "peer", c.peer, "err", err)
 	}
 }
 
