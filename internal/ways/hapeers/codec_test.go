@@ -132,8 +132,8 @@ func TestGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	msgs, h := decodeStream(t, b)
-	if h.Major != 2 || h.Minor != 1 || h.To != "dthrottled" || h.From != "haproxy1" {
-		t.Errorf("hello %+v, want version 2.1 from haproxy1 to dthrottled", h)
+	if h.Major != 2 || h.Minor != 1 || h.To != "dthrottled" || h.From != "haproxy" {
+		t.Errorf("hello %+v, want version 2.1 from haproxy to dthrottled", h)
 	}
 	if len(msgs) != 6 {
 		t.Fatalf("%d messages, want 6: %+v", len(msgs), msgs)

@@ -1,6 +1,7 @@
 package hapeers
 
 import (
+	"bytes"
 	"os"
 	"testing"
 )
@@ -13,7 +14,8 @@ func FuzzDecode(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(golden[41:]) // the messages after the hello
+	hello := bytes.Index(golden, []byte(" 1\n")) + 3
+	f.Add(golden[hello:]) // the messages after the hello
 	f.Add(AppendDefinition(nil, Definition{ID: 1, Name: "t", KeyType: KeyString, KeyLen: 32, Data: 1<<dtGPT0 | 1<<dtGPC0}))
 	f.Add([]byte{classStickTable, msgUpdate, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {
