@@ -54,7 +54,7 @@ func TestHAProxyPeersCapture(t *testing.T) {
 	harness.Must(t, err)
 	hello := bytes.Index(got, []byte(" 1\n")) + 3
 	read(func(b []byte) bool { return len(b) >= hello+2 }) // the resync request
-	_, err = c.Write([]byte{0, 1})                        // resync finished
+	_, err = c.Write([]byte{0, 1})                         // resync finished
 	harness.Must(t, err)
 	client := harness.ClientFrom("127.0.0.1")
 	for range 3 {

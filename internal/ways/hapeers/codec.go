@@ -319,9 +319,9 @@ func AppendAck(b []byte, id uint64, update uint32) []byte {
 // Update is an entry as a peer sends it: its key and the values of the
 // data types this package reads.
 type Update struct {
-	ID     uint32 // the update's id: given, or the previous one's plus one
-	HasID  bool   // the message gave ID
-	Key    []byte // the key's bytes as sent (a string without its length); aliases the message
+	ID    uint32 // the update's id: given, or the previous one's plus one
+	HasID bool   // the message gave ID
+	Key   []byte // the key's bytes as sent (a string without its length); aliases the message
 	// Values holds each integer data type's value (an array's first
 	// element); the others are read past.
 	Values [numDataTypes]uint64

@@ -40,13 +40,13 @@ type sourceCount struct {
 
 // entry is one key of one table as HAProxy sent it.
 type entry struct {
-	table   int    // index into the book's tables
-	key     string // the key's bytes as HAProxy sends them
-	tag     string // the tag it is charged to
-	seen    time.Time
-	flag    uint32 // the gpt0 HAProxy holds, as last pushed: 0 served, else refused until this Unix second
-	counts  []sourceCount
-	pos     int // in book.list
+	table  int    // index into the book's tables
+	key    string // the key's bytes as HAProxy sends them
+	tag    string // the tag it is charged to
+	seen   time.Time
+	flag   uint32 // the gpt0 HAProxy holds, as last pushed: 0 served, else refused until this Unix second
+	counts []sourceCount
+	pos    int // in book.list
 }
 
 // entryKey finds an entry.

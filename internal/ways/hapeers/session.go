@@ -48,7 +48,7 @@ type session struct {
 
 	mu      sync.Mutex
 	pending map[push]uint32 // flags to push, the latest of each
-	order   []push        // pending's keys in the order first queued
+	order   []push          // pending's keys in the order first queued
 	acks    map[uint64]uint32
 	ctrl    []byte // control messages to send
 	wake    chan struct{}
