@@ -10,8 +10,11 @@
 # deciding in process from the shared table; each server's way that
 # needs no build: nginx auth_request and Caddy forward_auth to the HTTP
 # decision endpoint, HAProxy's SPOE to dthrottled's agent,
-# contrib/haproxy/haproxy-spoe.cfg; and OpenResty's, the shared table
-# through LuaJIT's FFI, contrib/nginx/dthrottle-shared.conf), every request
+# contrib/haproxy/haproxy-spoe.cfg; OpenResty's, the shared table
+# through LuaJIT's FFI, contrib/nginx/dthrottle-shared.conf; and HAProxy
+# deciding on its own stick table with dthrottled as the table's peer,
+# contrib/haproxy/haproxy-peers.cfg, dthrottled's CPU per request
+# printed beside it), every request
 # spending a token of a tag that is never exhausted (burst 1,000,000, rate
 # 1e9). Beside them, the proxies' own limiters, as anchors of what a
 # limiter inside the proxy costs: nginx's limit_req (a zone keyed by
@@ -34,6 +37,7 @@
 #
 #   bench/proxies.sh                 # 3 rounds of 5 s each
 #   ROUNDS=5 DURATION=10s bench/proxies.sh
+#   ONLY=haproxy bench/proxies.sh    # only the servers whose name matches
 #
 # Needs nginx with libnginx-mod-http-lua, caddy, haproxy, wrk, and cc,
 # make, nginx's sources and the Lua 5.3 headers for libdthrottle, nginx's
@@ -46,7 +50,8 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5s}
 CONNS=${CONNS:-64}
-BASE=${BASE:-28080} # ports BASE to BASE+19 on 127.0.0.1, below the ephemeral range
+BASE=${BASE:-28080} # ports BASE to BASE+22 on 127.0.0.1, below the ephemeral range
+ONLY=${ONLY:-}      # a regular expression: run only the servers whose name matches
 
 for tool in /usr/sbin/nginx caddy /usr/sbin/haproxy wrk cc make; do
 	command -v "$tool" >/dev/null || { echo "proxies.sh: $tool not found (apt-get install -y nginx libnginx-mod-http-lua caddy haproxy wrk gcc make liblua5.3-dev)" >&2; exit 1; }
@@ -79,6 +84,9 @@ refuse_status = 429
 listen = "127.0.0.1:$((BASE + 8))"
 [admin]
 http = "127.0.0.1:$((BASE + 19))"
+[haproxy]
+listen = "127.0.0.1:$((BASE + 21))"
+tables = ["web"]
 TOML
 "$tmp/dthrottled" -config "$tmp/dthrottle.toml" 2>"$tmp/dthrottled.log" &
 pids+=($!)
@@ -88,8 +96,9 @@ pids+=($!)
 # access_by_lua) BASE+17 (the native module; its worker's counters
 # BASE+18), all in one nginx; caddy BASE+3 BASE+4 (fail-open BASE+5);
 # haproxy BASE+6 (off) BASE+14 (shared table) BASE+0 (SPOE) BASE+11
-# (stick table) BASE+15 (a Lua converter answering true), all in one
-# HAProxy; dthrottled's HTTP endpoint BASE+7, SPOE agent BASE+8, admin
+# (stick table) BASE+15 (a Lua converter answering true) BASE+20 (the
+# stick table with dthrottled as its peer; HAProxy's own peer address
+# BASE+22, dthrottled's BASE+21), all in one HAProxy; dthrottled's HTTP endpoint BASE+7, SPOE agent BASE+8, admin
 # endpoint BASE+19; the shared paths' counters BASE+13 (nginx) BASE+16
 # (HAProxy).
 sed -e "s|listen 8080;|listen 127.0.0.1:$((BASE + 2));|" -e "s|root /var/www/html;|root $tmp/www;|" \
@@ -180,7 +189,10 @@ LUA
 sed -e "s|/run/dthrottle/dthrottle.sock|$tmp/d.sock|" -e "s|/usr/local/lib/lua/5.3/|$tmp/haproxy-mod/|" \
 	-e "s|/etc/haproxy/dthrottle_shared.lua|$PWD/contrib/haproxy/dthrottle_shared.lua|" \
 	-e "/^    lua-load-per-thread /a\\    lua-load-per-thread $tmp/luahook.lua" \
-	-e "s|bind :8080|bind 127.0.0.1:$((BASE + 14))|" contrib/haproxy/haproxy-shared.cfg >"$tmp/haproxy.cfg"
+	-e "s|bind :8080|bind 127.0.0.1:$((BASE + 14))|" -e "/^global/a\    localpeer haproxy" \
+	contrib/haproxy/haproxy-shared.cfg >"$tmp/haproxy.cfg"
+sed -e "s|127.0.0.1:7076|127.0.0.1:$((BASE + 21))|" -e "s|127.0.0.1:7077|127.0.0.1:$((BASE + 22))|" \
+	-e "s|bind :8080|bind 127.0.0.1:$((BASE + 20))|" contrib/haproxy/haproxy-peers.cfg >"$tmp/haproxy-peers.cfg"
 sed -e "s|/etc/haproxy/spoe-dthrottle.conf|$PWD/contrib/haproxy/spoe-dthrottle.conf|" contrib/haproxy/haproxy-spoe.cfg >"$tmp/haproxy-spoe.cfg"
 cat >>"$tmp/haproxy.cfg" <<HAPROXY
 
@@ -205,6 +217,11 @@ frontend off
     bind 127.0.0.1:$((BASE + 6))
     default_backend app
 
+$(sed -n '/^peers /,/^$/p' "$tmp/haproxy-peers.cfg")
+frontend peers
+$(sed -n '/^frontend web/,/^$/p' "$tmp/haproxy-peers.cfg" | grep -E '^    (bind|http-request)')
+    default_backend app
+
 frontend stick
     bind 127.0.0.1:$((BASE + 11))
     stick-table type ip size 100k expire 30s store http_req_rate(10s)
@@ -216,8 +233,8 @@ HAPROXY
 pids+=($!)
 haproxy_pid=$!
 
-names=(nginx-off nginx-on nginx-shared nginx-module nginx-limitreq nginx-luahook caddy-off caddy-on haproxy-off haproxy-spoe haproxy-stick haproxy-shared haproxy-luahook)
-ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 9)) $((BASE + 17)) $((BASE + 10)) $((BASE + 12)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0)) $((BASE + 11)) $((BASE + 14)) $((BASE + 15)))
+names=(nginx-off nginx-on nginx-shared nginx-module nginx-limitreq nginx-luahook caddy-off caddy-on haproxy-off haproxy-spoe haproxy-stick haproxy-shared haproxy-luahook haproxy-peers)
+ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 9)) $((BASE + 17)) $((BASE + 10)) $((BASE + 12)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0)) $((BASE + 11)) $((BASE + 14)) $((BASE + 15)) $((BASE + 20)))
 bench_await proxies.sh "${ports[@]}"
 # Every server must be throttling (or limiting) as it should: a tag
 # refused here would make its figures those of a refusal.
@@ -237,7 +254,17 @@ grep -q 'dthrottle: attached to .*: deciding in process' "$tmp/haproxy.log" || {
 # one proxy share a process, so its paths are compared on the same one.
 nginx_worker=$(pgrep -P "$nginx_master")
 cpu_pids=("$nginx_worker" "$nginx_worker" "$nginx_worker" "$nginx_worker" "$nginx_worker" "$nginx_worker"
-	"$caddy_pid" "$caddy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid")
+	"$caddy_pid" "$caddy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid")
+dthrottled_pid=${pids[0]}
+# HAProxy pushes its table to dthrottled once connected: wait for it.
+for _ in $(seq 50); do
+	grep -q 'haproxy peers: connected' "$tmp/dthrottled.log" && break
+	sleep 0.1
+done
+grep -q 'haproxy peers: connected' "$tmp/dthrottled.log" || { echo "proxies.sh: HAProxy did not connect to dthrottled as its peer:" >&2; cat "$tmp/dthrottled.log" >&2; exit 1; }
+# The hits dthrottled charged from HAProxy's table: a request the stick
+# table served uncounted would show as a shortfall against wrk's count.
+peer_hits() { curl -s "http://127.0.0.1:$((BASE + 19))/metrics" | awk '/^dthrottle_haproxy_hits_total/ {s += $2} END {printf "%d", s}'; }
 # The messages dthrottled's SPOE agent answered: a request SPOE served
 # unasked (failed open) would show as a shortfall against wrk's count.
 spoe_messages() { curl -s "http://127.0.0.1:$((BASE + 19))/metrics" | awk '/^dthrottle_spoe_messages_total/ {s += $2} END {printf "%d", s}'; }
@@ -247,10 +274,21 @@ for r in $(seq "$ROUNDS"); do
 	# first (after the others' load) or last.
 	for k in "${!names[@]}"; do
 		i=$(((k + r - 1) % ${#names[@]}))
+		[[ ${names[$i]} =~ $ONLY ]] || continue
 		spoe_before=$(spoe_messages)
+		hits_before=$(peer_hits)
+		d0=$(awk '{print $14 + $15}' "/proc/$dthrottled_pid/stat")
 		bench_wrk_cpu "${cpu_pids[$i]}" "${ports[$i]}"
+		d1=$(awk '{print $14 + $15}' "/proc/$dthrottled_pid/stat")
 		spoe_after=$(spoe_messages)
-		printf 'round %d  %-14s %10.0f req/s  p99 %-8s proxy CPU %s us/request%s\n' "$r" "${names[$i]}" "$rps" "$p99" "$cpu" "${errs:+  non-2xx $errs}"
+		dcpu=""
+		if [ "${names[$i]}" = haproxy-peers ]; then
+			peers_reqs=$((${peers_reqs:-0} + reqs))
+			peers_hits=$((${peers_hits:-0} + $(peer_hits) - hits_before))
+			dcpu=$(awk -v t=$((d1 - d0)) -v hz="$(getconf CLK_TCK)" -v n="$reqs" 'BEGIN { printf "  dthrottled CPU %.2f us/request", t * 1e6 / hz / n }')
+			echo "${dcpu##* CPU }" | awk '{print $1}' >>"$tmp/peers-cpu"
+		fi
+		printf 'round %d  %-14s %10.0f req/s  p99 %-8s proxy CPU %s us/request%s%s\n' "$r" "${names[$i]}" "$rps" "$p99" "$cpu" "$dcpu" "${errs:+  non-2xx $errs}"
 		echo "${names[$i]} $rps $p99 $cpu" >>"$tmp/results"
 		[ "${names[$i]}" = nginx-shared ] && shared_reqs=$((${shared_reqs:-0} + reqs))
 		[ "${names[$i]}" = nginx-module ] && module_reqs=$((${module_reqs:-0} + reqs))
@@ -261,15 +299,16 @@ for r in $(seq "$ROUNDS"); do
 		fi
 	done
 done
+[ -n "${peers_reqs:-}" ] && echo "haproxy-peers: $peers_hits hits charged by dthrottled from HAProxy's table (wrk counted $peers_reqs requests); dthrottled CPU per request (median) $(sort -n "$tmp/peers-cpu" | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}') us"
 # Every request to nginx-shared was decided in its worker, bar the first,
 # asked (the tag was new), and those of the readiness checks above.
-echo "nginx-shared: $(curl -s "http://127.0.0.1:$((BASE + 13))/") (wrk counted $shared_reqs requests)"
+echo "nginx-shared: $(curl -s "http://127.0.0.1:$((BASE + 13))/") (wrk counted ${shared_reqs:-0} requests)"
 # Likewise the native module's, and HAProxy's: ok and no were decided in
 # process.
-echo "nginx-module: $(curl -s "http://127.0.0.1:$((BASE + 18))/") (wrk counted $module_reqs requests)"
-echo "haproxy-shared: $(curl -s "http://127.0.0.1:$((BASE + 16))/") (wrk counted $haproxy_shared_reqs requests)"
+echo "nginx-module: $(curl -s "http://127.0.0.1:$((BASE + 18))/") (wrk counted ${module_reqs:-0} requests)"
+echo "haproxy-shared: $(curl -s "http://127.0.0.1:$((BASE + 16))/") (wrk counted ${haproxy_shared_reqs:-0} requests)"
 # SPOE asks on every request: the agent answered each one, or it failed open.
-echo "haproxy-spoe: $spoe_msgs messages answered by dthrottled's agent (wrk counted $spoe_reqs requests)"
+echo "haproxy-spoe: ${spoe_msgs:-0} messages answered by dthrottled's agent (wrk counted ${spoe_reqs:-0} requests)"
 echo
 echo "| proxy | off req/s (median) | on req/s (median) | on/off | p99 off / on (median) | proxy CPU us/request off / on (median) |"
 echo "|---|---|---|---|---|---|"
@@ -278,7 +317,9 @@ for row in "nginx, auth_request:nginx-off:nginx-on" "nginx, shared table through
 	"nginx, limit_req (its own):nginx-off:nginx-limitreq" "nginx, empty access_by_lua:nginx-off:nginx-luahook" "caddy, forward_auth:caddy-off:caddy-on" \
 	"haproxy, SPOE:haproxy-off:haproxy-spoe" \
 	"haproxy, stick table (its own):haproxy-off:haproxy-stick" "haproxy, shared table:haproxy-off:haproxy-shared" \
-	"haproxy, a Lua converter answering true:haproxy-off:haproxy-luahook"; do
+	"haproxy, a Lua converter answering true:haproxy-off:haproxy-luahook" \
+	"haproxy, stick table with dthrottled as its peer:haproxy-off:haproxy-peers" \
+	"haproxy, stick table with dthrottled against the stick table alone:haproxy-stick:haproxy-peers"; do
 	IFS=: read -r p offn onn <<<"$row"
 	awk -v p="$p" -v offn="$offn" -v onn="$onn" '
 		$1 == offn { off[++n] = $2; poff[n] = $3; coff[n] = $4 }
@@ -288,7 +329,8 @@ for row in "nginx, auth_request:nginx-off:nginx-on" "nginx, shared table through
 			return a[int((k + 1) / 2)]
 		}
 		function medianStr(a, k,   i, b) { for (i = 1; i <= k; i++) b[i] = a[i]; return b[int((k + 1) / 2)] }
-		END { o = median(off, n); x = median(on, m)
+		END { if (!n || !m) exit
+			o = median(off, n); x = median(on, m)
 			printf "| %s | %.0f | %.0f | %.2fx | %s / %s | %.2f / %.2f |\n", p, o, x, x / o, medianStr(poff, n), medianStr(pon, m), median(coff, n), median(con, m) }
 	' "$tmp/results"
 done

@@ -127,6 +127,7 @@ type NodeConfig struct {
 	Secret   string // secret_file, "" for none
 	Policies string // [[policy]] tables
 	Gossip   string // more [gossip] keys, such as "warm_start = false\n"
+	More     string // more sections, such as "[haproxy]\n..."
 }
 
 // config is h's dthrottle.toml: multicast on its veth, admin on its own
@@ -151,7 +152,7 @@ ttl = 1
 %s%s
 [admin]
 http = "%s:0"
-`, c.Rate, c.Burst, c.Policies, LANInterval.String(), lanGroup, h.Link, secret, c.Gossip, h.Addr)
+%s`, c.Rate, c.Burst, c.Policies, LANInterval.String(), lanGroup, h.Link, secret, c.Gossip, h.Addr, c.More)
 }
 
 // Start runs a daemon in h's namespace with the given configuration, until

@@ -190,20 +190,27 @@ func (b *book) tagOf(kt uint64, key []byte) (string, bool) {
 // the counter's increase is charged to the tag, and the flag is pushed
 // where it changed.
 func (b *book) apply(now time.Time, source uint64, ti int, d *Definition, u *Update) {
-	if (d.KeyType == KeyIPv4 && len(u.Key) != 4) || (d.KeyType == KeyIPv6 && len(u.Key) != 16) || (d.KeyType == KeySInt && len(u.Key) != 4) {
-		b.stats.badKeys.Add(1)
-		return
-	}
-	tag, ok := b.tagOf(d.KeyType, u.Key)
-	if !ok {
-		b.stats.badKeys.Add(1)
-		return
-	}
 	count := u.Values[b.counter]
 	b.mu.Lock()
 	e := b.entries[entryKey{ti, string(u.Key)}]
-	if e == nil {
-		e = b.insert(now, ti, u.Key, tag)
+	var tag string
+	if e != nil {
+		tag = e.tag
+	} else {
+		b.mu.Unlock()
+		if (d.KeyType == KeyIPv4 && len(u.Key) != 4) || (d.KeyType == KeyIPv6 && len(u.Key) != 16) || (d.KeyType == KeySInt && len(u.Key) != 4) {
+			b.stats.badKeys.Add(1)
+			return
+		}
+		var ok bool
+		if tag, ok = b.tagOf(d.KeyType, u.Key); !ok {
+			b.stats.badKeys.Add(1)
+			return
+		}
+		b.mu.Lock()
+		if e = b.entries[entryKey{ti, string(u.Key)}]; e == nil {
+			e = b.insert(now, ti, u.Key, tag)
+		}
 	}
 	var inc uint64
 	known := false
