@@ -248,7 +248,6 @@ func (b *book) apply(now time.Time, source uint64, ti int, d *Definition, u *Upd
 		b.table.Charge(now, tb, uint32(min(inc, math.MaxUint32)))
 		b.stats.hits.Add(inc)
 	}
-	b.stats.updates.Add(1)
 	if e != nil {
 		b.check(now, e)
 	}
@@ -297,8 +296,10 @@ func flagOf(now time.Time, v bucket.Verdict) uint32 {
 // check asks the table whether e's tag would be served now, and pushes
 // the flag to every connection where it changed.
 func (b *book) check(now time.Time, e *entry) {
-	flag := flagOf(now, b.table.Check(now, bytesOf(e.tag), 1))
+	// Under the lock, so that a verdict taken earlier never replaces a
+	// later one.
 	b.mu.Lock()
+	flag := flagOf(now, b.table.Check(now, bytesOf(e.tag), 1))
 	if flag == e.flag {
 		b.mu.Unlock()
 		return

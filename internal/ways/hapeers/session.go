@@ -25,7 +25,10 @@ const (
 	heartbeatEvery = 1500 * time.Millisecond
 	writeTimeout   = 5 * time.Second
 	// ackEvery is the most time an update waits for its ack.
-	ackEvery   = 100 * time.Millisecond
+	ackEvery = 100 * time.Millisecond
+	// readEvery is the least time between two reads: what an update may
+	// wait, at most, for the reads before it.
+	readEvery  = time.Millisecond
 	readBuffer = 64 << 10
 )
 
@@ -48,6 +51,8 @@ type session struct {
 	current uint64 // the table HAProxy's updates are for
 	hasCur  bool
 	lastGet map[uint64]uint32 // per HAProxy table id, the last update id taken
+	batch   map[batchKey]int  // the updates of a read, by entry: index into updates
+	updates []batched
 	sent    map[uint64]uint32 // per HAProxy table id, the last update id acked
 
 	mu      sync.Mutex
@@ -160,7 +165,7 @@ func (c *session) status(code int) error {
 // read takes messages until the connection ends; buf holds what followed
 // the hello.
 func (c *session) read(ctx context.Context, buf []byte) error {
-	acked := time.Now()
+	acked, lastRead := time.Now(), time.Time{}
 	if cap(buf) < readBuffer {
 		buf = append(make([]byte, 0, readBuffer), buf...)
 	}
@@ -180,6 +185,7 @@ func (c *session) read(ctx context.Context, buf []byte) error {
 			}
 			buf = buf[n:]
 		}
+		c.applyBatch()
 		// Acks only tell HAProxy where to resume after a reconnection
 		// (and the book charges nothing twice then): one every ackEvery
 		// at most, or once the updates pause, spares a write per read.
@@ -197,6 +203,13 @@ func (c *session) read(ctx context.Context, buf []byte) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		// HAProxy pushes an entry each time it changes: reading at most
+		// every readEvery takes a busy entry's updates in one batch, in
+		// which only its last one counts (take).
+		if wait := readEvery - time.Since(lastRead); wait > 0 {
+			time.Sleep(wait)
+		}
+		lastRead = time.Now()
 		n, err := c.nc.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if errors.Is(err, os.ErrDeadlineExceeded) && n == 0 && ctx.Err() == nil && c.unacked() {
@@ -283,10 +296,52 @@ func (c *session) handle(m Message) error {
 		}
 		c.lastGet[c.current] = u.ID
 		if d != nil {
-			c.s.book.apply(c.s.now(), c.source, c.remote[c.current], d, &u)
+			c.take(d, &u)
 		}
 	}
 	return nil
+}
+
+// batchKey is an entry of one of HAProxy's tables.
+type batchKey struct {
+	table uint64
+	key   string
+}
+
+// batched is an update taken from a read, for its table.
+type batched struct {
+	def *Definition
+	ti  int
+	u   Update
+}
+
+// take keeps u, of table d, for the end of the read: an entry's later
+// update replaces its earlier one, whose counter it includes.
+func (c *session) take(d *Definition, u *Update) {
+	c.s.stats.updates.Add(1)
+	k := batchKey{c.current, string(u.Key)}
+	if i, ok := c.batch[k]; ok {
+		c.updates[i].u = *u
+		c.updates[i].u.Key = []byte(k.key)
+		return
+	}
+	c.batch[k] = len(c.updates)
+	b := batched{def: d, ti: c.remote[c.current], u: *u}
+	b.u.Key = []byte(k.key)
+	c.updates = append(c.updates, b)
+}
+
+// applyBatch hands the read's updates to the book.
+func (c *session) applyBatch() {
+	if len(c.updates) == 0 {
+		return
+	}
+	now := c.s.now()
+	for i := range c.updates {
+		c.s.book.apply(now, c.source, c.updates[i].ti, c.updates[i].def, &c.updates[i].u)
+	}
+	clear(c.batch)
+	c.updates = c.updates[:0]
 }
 
 // refuse logs and counts a definition not followed.
