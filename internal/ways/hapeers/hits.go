@@ -322,8 +322,12 @@ func (b *book) pushLocked(e *entry) {
 // it checked.
 func (b *book) round(now time.Time, budget int, idle time.Duration) int {
 	b.mu.Lock()
-	batch := make([]*entry, 0, min(budget, len(b.list)))
-	for i := 0; i < budget && len(b.list) > 0; i++ {
+	budget = min(budget, len(b.list)) // each entry at most once a round
+	batch := make([]*entry, 0, budget)
+	for range budget {
+		if len(b.list) == 0 {
+			break
+		}
 		if b.next >= len(b.list) {
 			b.next = 0
 		}

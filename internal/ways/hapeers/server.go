@@ -128,7 +128,7 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	s.startChecks()
 	defer s.stopChecks()
 	c := &session{s: s, nc: nc, remote: make(map[uint64]int), defs: make(map[uint64]*Definition),
-		lastGet: make(map[uint64]uint32), pending: make(map[push]uint32), sent: make(map[uint64]uint32), batch: make(map[batchKey]int), wake: make(chan struct{}, 1)}
+		lastGet: make(map[uint64]uint32), pending: make(map[push]uint32), sent: make(map[uint64]uint32), batch: make(map[string]int), wake: make(chan struct{}, 1)}
 	c.serve(ctx)
 }
 

@@ -51,7 +51,7 @@ type session struct {
 	current uint64 // the table HAProxy's updates are for
 	hasCur  bool
 	lastGet map[uint64]uint32 // per HAProxy table id, the last update id taken
-	batch   map[batchKey]int  // the updates of a read, by entry: index into updates
+	batch   map[string]int    // the updates of a read, by key: index into updates
 	updates []batched
 	sent    map[uint64]uint32 // per HAProxy table id, the last update id acked
 
@@ -302,32 +302,30 @@ func (c *session) handle(m Message) error {
 	return nil
 }
 
-// batchKey is an entry of one of HAProxy's tables.
-type batchKey struct {
-	table uint64
-	key   string
-}
-
 // batched is an update taken from a read, for its table.
 type batched struct {
-	def *Definition
-	ti  int
-	u   Update
+	table uint64 // HAProxy's id of the table
+	def   *Definition
+	ti    int
+	u     Update
 }
 
 // take keeps u, of table d, for the end of the read: an entry's later
 // update replaces its earlier one, whose counter it includes.
 func (c *session) take(d *Definition, u *Update) {
 	c.s.stats.updates.Add(1)
-	k := batchKey{c.current, string(u.Key)}
-	if i, ok := c.batch[k]; ok {
+	if i, ok := c.batch[string(u.Key)]; ok && c.updates[i].table == c.current {
+		key := c.updates[i].u.Key
 		c.updates[i].u = *u
-		c.updates[i].u.Key = []byte(k.key)
+		c.updates[i].u.Key = key
 		return
 	}
-	c.batch[k] = len(c.updates)
-	b := batched{def: d, ti: c.remote[c.current], u: *u}
-	b.u.Key = []byte(k.key)
+	key := string(u.Key)
+	if _, ok := c.batch[key]; !ok {
+		c.batch[key] = len(c.updates)
+	}
+	b := batched{table: c.current, def: d, ti: c.remote[c.current], u: *u}
+	b.u.Key = bytesOf(key)
 	c.updates = append(c.updates, b)
 }
 

@@ -233,3 +233,19 @@ func TestHeartbeat(t *testing.T) {
 	h := connect(t, addr, 100)
 	h.await("a heartbeat", func(m Message) bool { return m.Class == classControl && m.Type == ctrlHeartbeat })
 }
+
+// A round checks each entry at most once, however large its budget.
+func TestRoundChecksEachOnce(t *testing.T) {
+	s, _, clk, addr := newTestServer(t, Config{CheckInterval: time.Hour})
+	h := connect(t, addr, 100)
+	h.define(stringTable)
+	h.update(1, "one", 1)
+	h.update(2, "two", 1)
+	poll(t, "the updates", func() bool { return s.Stats().Keys == 2 })
+	if n := s.book.round(clk.now(), checkBudget, time.Hour); n != 2 {
+		t.Errorf("a round over 2 entries checked %d", n)
+	}
+	if n := s.book.round(clk.now(), 1, time.Hour); n != 1 {
+		t.Errorf("a round of budget 1 checked %d", n)
+	}
+}
