@@ -28,7 +28,7 @@ const (
 	ackEvery = 100 * time.Millisecond
 	// readEvery is the least time between two reads: what an update may
 	// wait, at most, for the reads before it.
-	readEvery  = time.Millisecond
+	readEvery  = 5 * time.Millisecond
 	readBuffer = 64 << 10
 )
 
