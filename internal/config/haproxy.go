@@ -18,7 +18,7 @@ type HAProxy struct {
 	Peers         []string `toml:"peers" reload:"restart"`          // HAProxy's own peer names (localpeer) accepted; empty accepts any
 	Tables        []string `toml:"tables" reload:"restart"`         // the stick tables followed, by name ("web")
 	Counter       string   `toml:"counter" reload:"restart"`        // the data type that counts the requests HAProxy served
-	Prefix        string   `toml:"prefix" reload:"restart"`         // put before each key to make its tag, e.g. "web:" to fall under a [[policy]]
+	Prefix        string   `toml:"prefix" reload:"restart"`         // put before each key to make its tag, e.g. "web:" to fall under the policy of that prefix
 	MaxKeys       int      `toml:"max_keys" reload:"restart"`       // most HAProxy entries remembered
 	MaxConns      int      `toml:"max_conns" reload:"restart"`      // most HAProxy processes connected at once
 	CheckInterval Duration `toml:"check_interval" reload:"restart"` // how often the entries are checked for hits from elsewhere and buckets refilled
