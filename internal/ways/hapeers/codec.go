@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/dthrottle/dthrottle/internal/ways/havarint"
 )
 
 // This file is the peers protocol byte by byte (HAProxy's
@@ -103,38 +105,16 @@ var (
 )
 
 // appendVarint appends v in the protocol's variable-length encoding.
-func appendVarint(b []byte, v uint64) []byte {
-	if v < 0xf0 {
-		return append(b, byte(v))
-	}
-	b = append(b, byte(v)|0xf0)
-	v = (v - 0xf0) >> 4
-	for v >= 0x80 {
-		b = append(b, byte(v)|0x80)
-		v = (v - 0x80) >> 7
-	}
-	return append(b, byte(v))
-}
+func appendVarint(b []byte, v uint64) []byte { return havarint.Append(b, v) }
 
 // varint reads an integer at the start of b: its value and its length,
-// or a length of 0 when b ends first or it takes more than 10 bytes.
+// or a length of 0 when b ends first or the integer is too long.
 func varint(b []byte) (uint64, int) {
-	if len(b) == 0 {
+	v, n, err := havarint.Read(b)
+	if err != nil {
 		return 0, 0
 	}
-	v := uint64(b[0])
-	if v < 0xf0 {
-		return v, 1
-	}
-	shift := uint(4)
-	for i := 1; i < len(b) && i < 10; i++ {
-		v += uint64(b[i]) << shift
-		if b[i] < 0x80 {
-			return v, i + 1
-		}
-		shift += 7
-	}
-	return 0, 0
+	return v, n
 }
 
 // reader reads a message's data, remembering the first error.

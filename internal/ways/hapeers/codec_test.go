@@ -6,32 +6,12 @@ import (
 	"testing"
 )
 
-func TestVarint(t *testing.T) {
-	// The boundaries of doc/peers-v2.0.txt, and 60000 as HAProxy 2.6
-	// writes a 60 s expire (testdata/haproxy-2.6.bin).
-	for _, tc := range []struct {
-		v    uint64
-		want []byte
-	}{
-		{0, []byte{0}}, {239, []byte{239}}, {240, []byte{0xf0, 0}}, {2287, []byte{0xff, 0x7f}},
-		{2288, []byte{0xf0, 0x80, 0}}, {264431, []byte{0xff, 0xff, 0x7f}}, {264432, []byte{0xf0, 0x80, 0x80, 0}},
-		{60000, []byte{0xf0, 0x97, 0x1c}},
-	} {
-		if got := appendVarint(nil, tc.v); !bytes.Equal(got, tc.want) {
-			t.Errorf("appendVarint(%d) = % x, want % x", tc.v, got, tc.want)
-		}
-		if v, n := varint(tc.want); v != tc.v || n != len(tc.want) {
-			t.Errorf("varint(% x) = %d, %d; want %d, %d", tc.want, v, n, tc.v, len(tc.want))
-		}
-	}
-	for _, v := range []uint64{1 << 32, 1<<63 + 5, ^uint64(0)} {
-		b := appendVarint(nil, v)
-		if got, n := varint(b); got != v || n != len(b) {
-			t.Errorf("varint(appendVarint(%d)) = %d, %d", v, got, n)
-		}
-		if _, n := varint(b[:len(b)-1]); n != 0 {
-			t.Errorf("varint of %d cut short read %d bytes", v, n)
-		}
+// The varint itself is package havarint's (TestVarint there); the
+// decoder reads one cut short as "more to come".
+func TestVarintShort(t *testing.T) {
+	b := appendVarint(nil, 60000)
+	if _, n := varint(b[:2]); n != 0 {
+		t.Errorf("varint of 2 of 3 bytes read %d", n)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+
+	"github.com/dthrottle/dthrottle/internal/ways/havarint"
 )
 
 // The SPOP wire format, version 2.0, as HAProxy's doc/SPOE.txt (section 3)
@@ -90,56 +92,25 @@ var (
 	errBad   = errors.New("spoe: malformed data")
 )
 
-// maxVarintLen is the longest varint a uint64 needs: one byte of 4 bits,
-// then 7 bits a byte.
-const maxVarintLen = 10
+// maxVarintLen is the longest varint a uint64 needs.
+const maxVarintLen = havarint.MaxLen
 
 // appendVarint appends v in SPOP's varint encoding (that of HAProxy's
-// peers): below 240 one byte; otherwise a first byte of 4 more bits, then
-// 7 bits a byte, the high bit set on all but the last.
-func appendVarint(b []byte, v uint64) []byte {
-	if v < 240 {
-		return append(b, byte(v))
-	}
-	b = append(b, byte(v)|240)
-	v = (v - 240) >> 4
-	for v >= 128 {
-		b = append(b, byte(v)|128)
-		v = (v - 128) >> 7
-	}
-	return append(b, byte(v))
-}
+// peers, package havarint).
+func appendVarint(b []byte, v uint64) []byte { return havarint.Append(b, v) }
 
 // readVarint decodes a varint at the start of b and returns it with the
 // bytes it took. A varint longer than maxVarintLen, or one whose value
 // does not fit 64 bits, is errBad.
 func readVarint(b []byte) (uint64, int, error) {
-	if len(b) == 0 {
+	v, n, err := havarint.Read(b)
+	switch err {
+	case havarint.ErrShort:
 		return 0, 0, errShort
+	case havarint.ErrBad:
+		return 0, 0, errBad
 	}
-	v := uint64(b[0])
-	if v < 240 {
-		return v, 1, nil
-	}
-	shift := uint(4)
-	for i := 1; ; i++ {
-		if i >= maxVarintLen {
-			return 0, 0, errBad
-		}
-		if i >= len(b) {
-			return 0, 0, errShort
-		}
-		c := uint64(b[i])
-		add := c << shift
-		if add>>shift != c || v+add < v {
-			return 0, 0, errBad
-		}
-		v += add
-		shift += 7
-		if c < 128 {
-			return v, i + 1, nil
-		}
-	}
+	return v, n, nil
 }
 
 // readBytes decodes a length-prefixed string (<length:varint><bytes>) at
