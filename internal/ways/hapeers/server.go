@@ -76,8 +76,9 @@ type Config struct {
 	Logger   *slog.Logger     // default: discard
 }
 
-// Server is the peer HAProxy connects to. Serve it with its embedded
-// serve.Server. It is safe for concurrent use.
+// Server is the peer HAProxy connects to. Make one with New (the zero
+// Server is not usable) and serve it with its embedded serve.Server. It
+// is safe for concurrent use.
 type Server struct {
 	*serve.Server
 	cfg  Config

@@ -3,6 +3,7 @@ package hapeers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -130,7 +131,9 @@ func (c *session) serve(ctx context.Context) {
 	}
 	if st != statusOK {
 		c.s.stats.badHellos.Add(1)
-		c.s.log.Warn("haproxy peers: hello refused", "peer", h.From, "addr", c.nc.RemoteAddr().String(), "status", st)
+		// Once per name and status: a client that retries logs nothing more.
+		c.s.warnOnce(fmt.Sprint("hello ", st, " ", h.From), "haproxy peers: hello refused", "peer", h.From,
+			"addr", c.nc.RemoteAddr().String(), "status", st)
 		c.status(st)
 		return
 	}
