@@ -53,6 +53,11 @@ type Policy struct {
 	// the fingerprint: peers holding different shares of one policy
 	// throttle alike.
 	Share float64
+	// Quotas says what limits callers may state for the policy's tags
+	// (limit.go): any (the zero value), lower than the policy's, or none.
+	// Not part of the fingerprint: it governs what callers may ask of
+	// this node, not how peers apply hits.
+	Quotas QuotaRule
 }
 
 // Refill is how long the policy's bucket takes to refill from empty to
