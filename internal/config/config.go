@@ -33,17 +33,18 @@ const (
 // tag, such as `reload:"restart"`: [RestartKeys] names them when they
 // change.
 type Config struct {
-	Listen Listen   `toml:"listen"` // where local clients ask
-	Limit  Limit    `toml:"limit"`  // the default policy for every tag
-	Policy []Policy `toml:"policy"` // prefix policies; the longest matching prefix wins
-	Gossip Gossip   `toml:"gossip"` // how reports reach the other peers
-	Relay  Relay    `toml:"relay"`  // relays that sum a segment's reports
-	Admin  Admin    `toml:"admin"`  // the HTTP admin endpoint
-	HTTP   HTTP     `toml:"http"`   // the HTTP decision endpoint
-	SPOE   SPOE     `toml:"spoe"`   // the agent for HAProxy's SPOE
-	RLS    RLS      `toml:"rls"`    // the rate limit service for Envoy
-	Log    Log      `toml:"log"`    // what the daemon logs, and how
-	State  State    `toml:"state"`  // the table kept across restarts
+	Listen     Listen     `toml:"listen"`     // where local clients ask
+	Limit      Limit      `toml:"limit"`      // the default policy for every tag
+	Policy     []Policy   `toml:"policy"`     // prefix policies; the longest matching prefix wins
+	Gossip     Gossip     `toml:"gossip"`     // how reports reach the other peers
+	Relay      Relay      `toml:"relay"`      // relays that sum a segment's reports
+	Admin      Admin      `toml:"admin"`      // the HTTP admin endpoint
+	HTTP       HTTP       `toml:"http"`       // the HTTP decision endpoint
+	SPOE       SPOE       `toml:"spoe"`       // the agent for HAProxy's SPOE
+	RLS        RLS        `toml:"rls"`        // the rate limit service for Envoy
+	Gubernator Gubernator `toml:"gubernator"` // Gubernator's API
+	Log        Log        `toml:"log"`        // what the daemon logs, and how
+	State      State      `toml:"state"`      // the table kept across restarts
 }
 
 // State names the file the table is saved to on a clean stop and read back
@@ -280,6 +281,12 @@ func Default() Config {
 			MaxRequests: 1024,               // a loaded Envoy has a few in flight; each held costs some 4 KiB
 			Unmatched:   UnmatchedLimit,     // under [limit], as every tag
 			ChargeKey:   "dthrottle_charge", // the entry key that makes a descriptor a charge
+		},
+		Gubernator: Gubernator{
+			GRPC:        "",   // no gRPC service
+			HTTP:        "",   // no HTTP gateway
+			MaxConns:    1024, // clients keep a connection or a few each
+			MaxRequests: 1024, // each held costs its message, at most 1 MiB
 		},
 		Log: Log{
 			Format: "text", // key=value lines

@@ -29,14 +29,15 @@ func TestDefaultValidates(t *testing.T) {
 
 func TestDefaultValues(t *testing.T) {
 	want := Config{
-		Listen: Listen{Unix: DefaultUnixPath(), UnixMode: "0660", MaxConns: 10000, ShareTable: true, MaxTagBytes: 256},
-		Limit:  Limit{Rate: 1, Burst: 10, MaxTags: 1000000},
-		Gossip: Gossip{Interval: Duration{time.Second}, TTL: 1, Bind: ":7777", MaxPacket: 1400, WarmStart: true, MaxPeers: 1000, Partition: "whole", ForgetAfter: Duration{time.Minute}},
-		Relay:  Relay{Mode: "off", Hold: 0.5, Bind: ":7778"},
-		HTTP:   HTTP{MaxConns: 1024, RefuseStatus: 403},
-		SPOE:   SPOE{MaxConns: 1024},
-		RLS:    RLS{MaxConns: 1024, MaxRequests: 1024, Unmatched: "limit", ChargeKey: "dthrottle_charge"},
-		Log:    Log{Format: "text", Level: "info"},
+		Listen:     Listen{Unix: DefaultUnixPath(), UnixMode: "0660", MaxConns: 10000, ShareTable: true, MaxTagBytes: 256},
+		Limit:      Limit{Rate: 1, Burst: 10, MaxTags: 1000000},
+		Gossip:     Gossip{Interval: Duration{time.Second}, TTL: 1, Bind: ":7777", MaxPacket: 1400, WarmStart: true, MaxPeers: 1000, Partition: "whole", ForgetAfter: Duration{time.Minute}},
+		Relay:      Relay{Mode: "off", Hold: 0.5, Bind: ":7778"},
+		HTTP:       HTTP{MaxConns: 1024, RefuseStatus: 403},
+		SPOE:       SPOE{MaxConns: 1024},
+		RLS:        RLS{MaxConns: 1024, MaxRequests: 1024, Unmatched: "limit", ChargeKey: "dthrottle_charge"},
+		Gubernator: Gubernator{MaxConns: 1024, MaxRequests: 1024},
+		Log:        Log{Format: "text", Level: "info"},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() =\n%+v\nwant\n%+v", got, want)
@@ -81,13 +82,14 @@ func TestShippedExample(t *testing.T) {
 			Peers: []string{}, Bind: ":7777", MaxPacket: 1400, WarmStart: true, MaxPeers: 1000,
 			Partition: "whole", ForgetAfter: Duration{time.Minute},
 		},
-		Relay: Relay{Mode: "off", Hold: 0.5, Peers: []string{}, Bind: ":7778"},
-		Admin: Admin{HTTP: "127.0.0.1:7071"},
-		HTTP:  HTTP{MaxConns: 1024, RefuseStatus: 403},
-		SPOE:  SPOE{MaxConns: 1024},
-		RLS:   RLS{MaxConns: 1024, MaxRequests: 1024, Unmatched: "limit", ChargeKey: "dthrottle_charge"},
-		Log:   Log{Format: "text", Level: "info"},
-		State: State{File: "/var/lib/dthrottle/state"},
+		Relay:      Relay{Mode: "off", Hold: 0.5, Peers: []string{}, Bind: ":7778"},
+		Admin:      Admin{HTTP: "127.0.0.1:7071"},
+		HTTP:       HTTP{MaxConns: 1024, RefuseStatus: 403},
+		SPOE:       SPOE{MaxConns: 1024},
+		RLS:        RLS{MaxConns: 1024, MaxRequests: 1024, Unmatched: "limit", ChargeKey: "dthrottle_charge"},
+		Gubernator: Gubernator{MaxConns: 1024, MaxRequests: 1024},
+		Log:        Log{Format: "text", Level: "info"},
+		State:      State{File: "/var/lib/dthrottle/state"},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("Load(../dthrottle.toml) =\n%+v\nwant\n%+v", c, want)

@@ -113,6 +113,11 @@ var rules = map[string]rule{
 	// The requests in progress on all connections together.
 	"rls.max_requests": {span: &span{lo: 1, hi: maxRLSRequests}},
 
+	"gubernator.grpc":         {text: `"host:port"; another address than every other listener's (listen.tcp, listen.charge_tcp, admin.http, http.listen, spoe.listen, rls.listen) and than gubernator.http`},
+	"gubernator.http":         {text: `"host:port"; another address than every other listener's (listen.tcp, listen.charge_tcp, admin.http, http.listen, spoe.listen, rls.listen) and than gubernator.grpc`},
+	"gubernator.max_conns":    {span: &span{lo: 1, hi: maxGubernatorConns}},
+	"gubernator.max_requests": {span: &span{lo: 1, hi: maxGubernatorRequests}},
+
 	"log.format": {choice: &choice{values: []string{"text", "json"}}},
 	"log.level":  {choice: &choice{values: []string{"debug", "info", "warn", "error"}, oneOf: true}},
 

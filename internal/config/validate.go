@@ -51,7 +51,7 @@ var _ [limits.MaxPacket - maxMaxPacket]struct{}
 // not modify c and does no I/O: it does not resolve names or check that
 // files exist.
 func (c *Config) Validate() error {
-	for _, check := range []func() *Error{c.validateListen, c.validateLimit, c.validatePolicies, c.validateGossip, c.validateRelay, c.validateAdmin, c.validateHTTP, c.validateSPOE, c.validateCharge, c.validateRLS, c.validateLog, c.validateState, c.validatePaths} {
+	for _, check := range []func() *Error{c.validateListen, c.validateLimit, c.validatePolicies, c.validateGossip, c.validateRelay, c.validateAdmin, c.validateHTTP, c.validateSPOE, c.validateCharge, c.validateRLS, c.validateGubernator, c.validateLog, c.validateState, c.validatePaths} {
 		if e := check(); e != nil {
 			return e
 		}
