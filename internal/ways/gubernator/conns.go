@@ -38,6 +38,12 @@ const (
 // Server serves those of any other listener as HTTP.
 func GRPCListener(l net.Listener) net.Listener { return grpcListener{l} }
 
+// IsGRPC reports whether l came from GRPCListener.
+func IsGRPC(l net.Listener) bool {
+	_, ok := l.(grpcListener)
+	return ok
+}
+
 type grpcListener struct{ net.Listener }
 
 func (l grpcListener) Accept() (net.Conn, error) {
