@@ -90,7 +90,7 @@ func TestQuotaWindowSurvivesSweep(t *testing.T) {
 	for i := range 200 {
 		tb.Allow(at(10), []byte{'x', byte(i)})
 	}
-	tb.Drain(nil) // an entry with hits to report is never forgotten
+	tb.Drain(nil)        // an entry with hits to report is never forgotten
 	for i := range 200 { // inserts sweep the entries
 		tb.Allow(at(20), []byte{'y', byte(i)})
 	}
