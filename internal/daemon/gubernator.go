@@ -1,12 +1,10 @@
 package daemon
 
 import (
-	"errors"
 	"net"
 
 	"github.com/dthrottle/dthrottle/internal/admin"
 	"github.com/dthrottle/dthrottle/internal/config"
-	"github.com/dthrottle/dthrottle/internal/ways/decide"
 	"github.com/dthrottle/dthrottle/internal/ways/gubernator"
 )
 
@@ -21,10 +19,6 @@ func (d *Daemon) openGubernator(cfg config.Config) (_ *way, err error) {
 	g := cfg.Gubernator
 	if g.GRPC == "" && g.HTTP == "" {
 		return nil, nil
-	}
-	limiter, ok := any(d.table).(decide.Limiter)
-	if !ok {
-		return nil, errors.New(wayGubernator + ": this build's table takes no stated limits")
 	}
 	w := &way{name: wayGubernator}
 	defer func() {
@@ -48,7 +42,7 @@ func (d *Daemon) openGubernator(cfg config.Config) (_ *way, err error) {
 		}
 		w.listeners = append(w.listeners, nl)
 	}
-	srv := gubernator.New(limiter, gubernator.Config{MaxConns: g.MaxConns, MaxRequests: g.MaxRequests,
+	srv := gubernator.New(d.table, gubernator.Config{MaxConns: g.MaxConns, MaxRequests: g.MaxRequests,
 		Peers: func() int { return len(d.peers()) }, Advertise: advertise, Clock: d.now, Logger: d.log})
 	w.srv = srv.Server
 	w.stats = func(*admin.Snapshot) {} // its counters are on /metrics only
