@@ -24,7 +24,9 @@ func TestValidateGubernator(t *testing.T) {
 			`config: gubernator.http = "127.0.0.1:7071": must be another address than admin.http`},
 		{"the rls address", func(c *Config) { c.RLS.Listen = "127.0.0.1:7075"; c.Gubernator.GRPC = "127.0.0.1:7075" },
 			`config: gubernator.grpc = "127.0.0.1:7075": must be another address than rls.listen`},
-		{"all port 0", func(c *Config) { c.Gubernator.GRPC, c.Gubernator.HTTP, c.Admin.HTTP = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0" }, ""},
+		{"all port 0", func(c *Config) {
+			c.Gubernator.GRPC, c.Gubernator.HTTP, c.Admin.HTTP = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+		}, ""},
 		{"max_conns 1", func(c *Config) { c.Gubernator.MaxConns = 1 }, ""},
 		{"max_conns 0", func(c *Config) { c.Gubernator.MaxConns = 0 }, "config: gubernator.max_conns = 0: must be between 1 and 100000"},
 		{"max_conns 100001", func(c *Config) { c.Gubernator.MaxConns = 100001 }, "config: gubernator.max_conns = 100001: must be between 1 and 100000"},
