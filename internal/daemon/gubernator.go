@@ -47,7 +47,7 @@ func (d *Daemon) openGubernator(cfg config.Config) (_ *way, err error) {
 	w.srv = srv.Server
 	w.stats = func(*admin.Snapshot) {} // its counters are on /metrics only
 	w.metrics = srv.Collector()
-	d.log.Info(wayGubernator, "grpc", gubernatorAddr(w, true), "http", gubernatorAddr(w, false))
+	d.log.Info(wayGubernator, "grpc", addrString(gubernatorAddr(w, true)), "http", addrString(gubernatorAddr(w, false)))
 	return w, nil
 }
 
@@ -63,6 +63,14 @@ func gubernatorAddr(w *way, grpc bool) net.Addr {
 		}
 	}
 	return nil
+}
+
+// addrString is a's address, "" for none.
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
 }
 
 // GubernatorGRPCAddr is the address of Gubernator's gRPC service, nil
