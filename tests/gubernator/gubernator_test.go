@@ -71,8 +71,44 @@ func perMinute(key string, hits int64) *guber.RateLimitReq {
 	return &guber.RateLimitReq{Name: "requests_per_min", UniqueKey: key, Hits: hits, Limit: 3, Duration: 60000}
 }
 
+// inOneMinute runs try with a fresh key until a run starts and ends
+// within one minute, and so within one window of a 60000 ms limit (the
+// windows are aligned to the minute: a run that crossed into the next saw
+// its hits given back). A run takes well under a minute, so the second
+// never crosses. try reports what went wrong through the returned errors,
+// which count only for a run within one minute.
+func inOneMinute(t *testing.T, try func(key string) []string) {
+	t.Helper()
+	for attempt := range 3 {
+		start := time.Now().Truncate(time.Minute)
+		errs := try(fmt.Sprintf("account:%d-%d", start.Unix(), attempt))
+		if !time.Now().Truncate(time.Minute).Equal(start) {
+			t.Logf("run %d crossed into the next minute: again, with another key", attempt+1)
+			continue
+		}
+		for _, e := range errs {
+			t.Error(e)
+		}
+		return
+	}
+	t.Fatal("three runs each crossed into the next minute")
+}
+
 func TestThreeThenOverLimit(t *testing.T) {
 	n := startNode(t, "")
+	inOneMinute(t, func(key string) (errs []string) {
+		threeThenOver(t, n, key, &errs)
+		return errs
+	})
+	// A bad item is answered with Gubernator's error.
+	if got := n.ask(t, &guber.RateLimitReq{Name: "requests_per_min", Hits: 1, Limit: 3, Duration: 60000}); got.Error != "field 'unique_key' cannot be empty" {
+		t.Errorf("empty unique_key: error %q", got.Error)
+	}
+}
+
+// threeThenOver spends key's three hits on n, with reads between, and
+// adds to errs what differs from what is due.
+func threeThenOver(t *testing.T, n *node, key string, errs *[]string) {
 	before := time.Now().UnixMilli()
 	for i, want := range []struct {
 		hits      int64
@@ -87,22 +123,18 @@ func TestThreeThenOverLimit(t *testing.T) {
 		{1, guber.Status_OVER_LIMIT, 0},
 		{0, guber.Status_OVER_LIMIT, 0}, // a read says whether one more hit would be served
 	} {
-		got := n.ask(t, perMinute("account:1", want.hits))
+		got := n.ask(t, perMinute(key, want.hits))
 		after := time.Now().UnixMilli()
 		// The window is aligned to the minute: it ends within a minute.
 		if got.Status != want.status || got.Remaining != want.remaining || got.Limit != 3 || got.Error != "" ||
 			got.ResetTime <= before || got.ResetTime > after+60000 {
-			t.Errorf("step %d (hits %d): %v remaining %d limit %d reset_time %d (now %d) error %q; want %v remaining %d",
-				i, want.hits, got.Status, got.Remaining, got.Limit, got.ResetTime, after, got.Error, want.status, want.remaining)
+			*errs = append(*errs, fmt.Sprintf("step %d (hits %d): %v remaining %d limit %d reset_time %d (now %d) error %q; want %v remaining %d",
+				i, want.hits, got.Status, got.Remaining, got.Limit, got.ResetTime, after, got.Error, want.status, want.remaining))
 		}
 	}
 	// Another key has a window of its own.
-	if got := n.ask(t, perMinute("account:2", 1)); got.Status != guber.Status_UNDER_LIMIT || got.Remaining != 2 {
-		t.Errorf("another key: %v remaining %d", got.Status, got.Remaining)
-	}
-	// A bad item is answered with Gubernator's error.
-	if got := n.ask(t, &guber.RateLimitReq{Name: "requests_per_min", Hits: 1, Limit: 3, Duration: 60000}); got.Error != "field 'unique_key' cannot be empty" {
-		t.Errorf("empty unique_key: error %q", got.Error)
+	if got := n.ask(t, perMinute(key+"-other", 1)); got.Status != guber.Status_UNDER_LIMIT || got.Remaining != 2 {
+		*errs = append(*errs, fmt.Sprintf("another key: %v remaining %d", got.Status, got.Remaining))
 	}
 }
 
@@ -147,8 +179,14 @@ func readJSON(t *testing.T, resp *http.Response) (int, string) {
 
 func TestHTTPJSON(t *testing.T) {
 	n := startNode(t, "")
+	inOneMinute(t, func(key string) []string { return httpJSON(t, n, key) })
+}
+
+// httpJSON spends key's three hits over HTTP, and returns what differs
+// from Gubernator's JSON.
+func httpJSON(t *testing.T, n *node, key string) (errs []string) {
 	ask := func(hits int) string {
-		return fmt.Sprintf(`{"requests":[{"name":"requests_per_min","unique_key":"account:1","hits":"%d","limit":"3","duration":"60000"}]}`, hits)
+		return fmt.Sprintf(`{"requests":[{"name":"requests_per_min","unique_key":%q,"hits":"%d","limit":"3","duration":"60000"}]}`, key, hits)
 	}
 	var reset string
 	for i, want := range []struct {
@@ -170,13 +208,14 @@ func TestHTTPJSON(t *testing.T) {
 		want := fmt.Sprintf(`{"responses":[{"status":%q,"limit":"3","remaining":%q,"reset_time":%q,"error":"","metadata":{}}]}`,
 			want.status, want.remaining, reset)
 		if body != want {
-			t.Errorf("step %d: %s\nwant %s", i, body, want)
+			errs = append(errs, fmt.Sprintf("step %d: %s\nwant %s", i, body, want))
 		}
 	}
 	// gRPC and HTTP decide from the same table.
-	if got := n.ask(t, perMinute("account:1", 0)); got.Status != guber.Status_OVER_LIMIT {
-		t.Errorf("the key spent over HTTP, read over gRPC: %v remaining %d", got.Status, got.Remaining)
+	if got := n.ask(t, perMinute(key, 0)); got.Status != guber.Status_OVER_LIMIT {
+		errs = append(errs, fmt.Sprintf("the key spent over HTTP, read over gRPC: %v remaining %d", got.Status, got.Remaining))
 	}
+	return errs
 }
 
 func TestHealthCheck(t *testing.T) {
