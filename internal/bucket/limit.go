@@ -137,6 +137,9 @@ func (l Quota) Check() error {
 		if l.Calendar == None && (l.Period < MinQuotaPeriod || l.Period > MaxQuotaPeriod) {
 			return &LimitError{"period", l.Period.String(), fmt.Sprintf("from %v to %v", MinQuotaPeriod, MaxQuotaPeriod)}
 		}
+		if int64(l.Burst) > int64(l.window()) {
+			return &LimitError{"burst", fmt.Sprint(l.Burst), fmt.Sprintf("at most one a nanosecond of the window (%d)", int64(l.window()))}
+		}
 	default:
 		return &LimitError{"algorithm", fmt.Sprint(uint8(l.Algorithm)), "0 (leaky) or 1 (window)"}
 	}
