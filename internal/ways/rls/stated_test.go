@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -134,7 +135,7 @@ func TestStatedLimit(t *testing.T) {
 		}
 	}
 	// Check (0 hits) then spend (1 hit) twice; the third only checked.
-	if got, want := lim.hits(), []int{0, 1, 0, 1, 0}; !equal(got, want) {
+	if got, want := lim.hits(), []int{0, 1, 0, 1, 0}; !slices.Equal(got, want) {
 		t.Errorf("hits asked %v, want %v", got, want)
 	}
 	// The upload descriptor was spent by the first two requests only.
@@ -150,18 +151,6 @@ func TestStatedLimit(t *testing.T) {
 	if err != nil || codesOf(r) != "OK: OK" || r.GetStatuses()[0].GetLimitRemaining() != 2 {
 		t.Errorf("3 hits of 5 an hour: %s, %v", codesOf(r), err)
 	}
-}
-
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestStatedLimitErrors: a limit the table refuses, or a service with no
