@@ -36,6 +36,7 @@ const (
 // without a lock, and written under mu.
 type quotas struct {
 	mu          sync.Mutex
+	reg         *region       // publishes each slot for processes deciding in process
 	bySpec      map[Quota]int // slot of each quota in use
 	free        []int         // slots taken back
 	next        int           // slots below next have been handed out
@@ -81,6 +82,7 @@ func (q *quotas) intern(l Quota, now int64, scan func(used []bool)) (int, *compi
 			if c := q.slots[i].c.Load(); c != nil && !used[i] && now-q.slots[i].used.Load() >= int64(reclaimIdle) {
 				delete(q.bySpec, c.quota)
 				q.slots[i].c.Store(nil)
+				q.publish(i, nil)
 				q.free = append(q.free, i)
 				q.reclaimed++
 			}
@@ -105,7 +107,15 @@ func (q *quotas) intern(l Quota, now int64, scan func(used []bool)) (int, *compi
 	q.bySpec[l] = i
 	q.slots[i].used.Store(now)
 	q.slots[i].c.Store(c)
+	q.publish(i, c)
 	return quotaBase + i, c, nil
+}
+
+// publish writes slot i's limit into the table's quota block.
+func (q *quotas) publish(i int, c *compiled) {
+	if q.reg != nil && q.reg.quotas != nil {
+		q.reg.writeQuota(i, c)
+	}
 }
 
 // QuotaStats are the registry's counters.

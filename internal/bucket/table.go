@@ -178,6 +178,7 @@ func New(cfg Config) (*Table, error) {
 		return nil, err
 	}
 	t.reg = reg
+	t.quotas.reg = reg
 	reg.releaseWith(t)
 	t.policies.Store(&set)
 	t.maxTagBytes.Store(int64(cfg.MaxTagBytes))

@@ -70,24 +70,35 @@ type Listen struct {
 
 // Limit is the default policy, applied to every tag that no [Policy] prefix
 // matches, and the cap on tracked tags. The zero Limit is not valid.
+//
+// The bucket is given by Rate and Burst, or by Limit per Per (a daily
+// quota reads as limit = 1000 with per = "24h"), never both: [Limit.Bucket]
+// says the rate and burst either way.
 type Limit struct {
-	Rate    float64 `toml:"rate"`     // tokens per second
-	Burst   int     `toml:"burst"`    // bucket capacity, tokens
-	MaxTags int     `toml:"max_tags"` // hard cap on tracked tags; past it, the entry closest to full is evicted first
-	DryRun  bool    `toml:"dry_run"`  // serve what the limit refuses, and count it
+	Rate    float64  `toml:"rate"`     // tokens per second; 0 when limit and per give the rate
+	Burst   int      `toml:"burst"`    // bucket capacity, tokens; with limit and per, 0 means limit
+	Limit   int      `toml:"limit"`    // requests per per, in place of rate: the rate is limit/per and the burst, unless set, limit; 0 uses rate
+	Per     Duration `toml:"per"`      // the period limit is counted over, such as "24h" (with limit)
+	Quotas  string   `toml:"quotas"`   // what limits callers may state with a query (the HTTP endpoint's, an Envoy descriptor's): "any"; "lower": a rate or burst above this policy's is lowered to it; "none": refused
+	MaxTags int      `toml:"max_tags"` // hard cap on tracked tags; past it, the entry closest to full is evicted first
+	DryRun  bool     `toml:"dry_run"`  // serve what the limit refuses, and count it
 }
 
 // Policy gives the tags that start with Prefix their own treatment. The zero
 // Policy is not valid (Prefix must be set); an empty Name means the Prefix,
 // and an empty Action means [ActionLimit]. Rate and Burst matter only for
-// ActionLimit.
+// ActionLimit. Like [Limit], a limiting Policy gives Rate and Burst, or
+// Limit per Per.
 type Policy struct {
-	Name   string  `toml:"name"`    // label in logs and metrics; "" means the prefix
-	Prefix string  `toml:"prefix"`  // tags starting with these bytes match
-	Rate   float64 `toml:"rate"`    // tokens per second (action "limit")
-	Burst  int     `toml:"burst"`   // bucket capacity, tokens (action "limit")
-	Action string  `toml:"action"`  // "limit" (a bucket), "allow" (always OK) or "deny" (always NO), the last two keeping no state; "" means "limit"
-	DryRun bool    `toml:"dry_run"` // serve what the limit refuses, and count it (action "limit")
+	Name   string   `toml:"name"`    // label in logs and metrics; "" means the prefix
+	Prefix string   `toml:"prefix"`  // tags starting with these bytes match
+	Rate   float64  `toml:"rate"`    // tokens per second (action "limit"); 0 when limit and per give the rate
+	Burst  int      `toml:"burst"`   // bucket capacity, tokens (action "limit"); with limit and per, 0 means limit
+	Limit  int      `toml:"limit"`   // requests per per, in place of rate (action "limit")
+	Per    Duration `toml:"per"`     // the period limit is counted over, such as "24h" (with limit)
+	Quotas string   `toml:"quotas"`  // what limits callers may state for the policy's tags: "any", "lower" or "none", as limit.quotas; "" means "any"
+	Action string   `toml:"action"`  // "limit" (a bucket), "allow" (always OK) or "deny" (always NO), the last two keeping no state; "" means "limit"
+	DryRun bool     `toml:"dry_run"` // serve what the limit refuses, and count it (action "limit")
 	// Partition is what the policy holds while the cluster is split:
 	// "whole" (each part the whole rate), "share" (each part its nodes'
 	// share of it), or "" for gossip.partition.
@@ -235,9 +246,12 @@ func Default() Config {
 			ShareTable:  true,              // processes on the Unix socket may decide in process
 		},
 		Limit: Limit{
-			Rate:    1.0,     // one request per second per tag, long run
-			Burst:   10,      // ten at once after a quiet spell
-			MaxTags: 1000000, // a million tracked tags
+			Rate:    1.0,        // one request per second per tag, long run
+			Burst:   10,         // ten at once after a quiet spell
+			Limit:   0,          // the rate is given as rate, not as limit per period
+			Per:     Duration{}, // (with limit only)
+			Quotas:  QuotasAny,  // callers may state any limit for a query
+			MaxTags: 1000000,    // a million tracked tags
 		},
 		Policy: nil, // every tag gets Limit
 		Gossip: Gossip{

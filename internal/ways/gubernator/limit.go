@@ -134,8 +134,9 @@ func calendarLength(now time.Time, c bucket.Calendar) time.Duration {
 //   - remaining: the whole tokens left after the query, never below 0
 //     (the bucket itself may be in debt from peers' hits).
 //   - reset_time: as Gubernator computes it, in Unix milliseconds. A
-//     TOKEN_BUCKET: when the window ends, and its hits come back (now, for
-//     a window nothing was spent in). A LEAKY_BUCKET: now plus the
+//     TOKEN_BUCKET: when its hits are all back, v.Full from now: the
+//     window's end, later when peers' hits left it in debt (now, for a
+//     window nothing was spent in). A LEAKY_BUCKET: now plus the
 //     tokens missing from the limit times the milliseconds one token
 //     takes, truncated as Gubernator truncates it.
 //

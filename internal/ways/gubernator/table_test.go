@@ -6,6 +6,7 @@ import (
 	"time"
 
 	guber "github.com/gubernator-io/gubernator/v2"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
 )
@@ -44,16 +45,17 @@ func runSteps(t *testing.T, steps []step) {
 	}
 }
 
-// with returns r with hits and behavior set.
-func with(r guber.RateLimitReq, hits int64, b guber.Behavior) *guber.RateLimitReq {
-	r.Hits, r.Behavior = hits, b
-	return &r
+// with returns a copy of r with hits and behavior set.
+func with(r *guber.RateLimitReq, hits int64, b guber.Behavior) *guber.RateLimitReq {
+	c := proto.Clone(r).(*guber.RateLimitReq)
+	c.Hits, c.Behavior = hits, b
+	return c
 }
 
 func TestTokenBucketOnTheTable(t *testing.T) {
 	// 3 a minute; t0 is 30.25 s into its minute, so the window ends at
 	// +29.75 s, where Gubernator's would end at +60 s.
-	r := guber.RateLimitReq{Name: "n", UniqueKey: "k", Limit: 3, Duration: 60000}
+	r := &guber.RateLimitReq{Name: "n", UniqueKey: "k", Limit: 3, Duration: 60000}
 	end := 29750 * time.Millisecond
 	under, over := guber.Status_UNDER_LIMIT, guber.Status_OVER_LIMIT
 	runSteps(t, []step{
@@ -72,7 +74,7 @@ func TestTokenBucketOnTheTable(t *testing.T) {
 
 func TestGregorianOnTheTable(t *testing.T) {
 	// 2 an hour, by the calendar: t0 is 12:00:30.25, the hour ends at 13:00.
-	r := guber.RateLimitReq{Name: "n", UniqueKey: "g", Limit: 2, Duration: guber.GregorianHours}
+	r := &guber.RateLimitReq{Name: "n", UniqueKey: "g", Limit: 2, Duration: guber.GregorianHours}
 	g := guber.Behavior_DURATION_IS_GREGORIAN
 	end := time.Hour - 30250*time.Millisecond
 	runSteps(t, []step{
@@ -84,7 +86,7 @@ func TestGregorianOnTheTable(t *testing.T) {
 
 func TestLeakyBucketOnTheTable(t *testing.T) {
 	// 10 a minute (a token each 6 s), a burst of 10.
-	r := guber.RateLimitReq{Name: "n", UniqueKey: "l", Limit: 10, Duration: 60000, Algorithm: guber.Algorithm_LEAKY_BUCKET}
+	r := &guber.RateLimitReq{Name: "n", UniqueKey: "l", Limit: 10, Duration: 60000, Algorithm: guber.Algorithm_LEAKY_BUCKET}
 	under, over := guber.Status_UNDER_LIMIT, guber.Status_OVER_LIMIT
 	runSteps(t, []step{
 		{0, with(r, 4, 0), under, 6, 24 * time.Second},
