@@ -77,3 +77,44 @@ func TestGubernatorOneListener(t *testing.T) {
 		t.Errorf("off: grpc %v, http %v", off.GubernatorGRPCAddr(), off.GubernatorHTTPAddr())
 	}
 }
+
+// TestGubernatorQuotas: a policy's quotas key governs the limits
+// Gubernator's rate limits state: "lower" lowers the limit to the
+// policy's, "none" answers the item with an error, and the other items
+// of the call are answered all the same.
+func TestGubernatorQuotas(t *testing.T) {
+	r := start(t, withGubernator+`[[policy]]
+prefix = "low_"
+rate = 1
+burst = 2
+quotas = "lower"
+[[policy]]
+prefix = "fixed_"
+rate = 0.001
+burst = 2
+quotas = "none"
+`, nil)
+	c, err := guber.DialV1Server(r.GubernatorGRPCAddr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	item := func(name string) *guber.RateLimitReq {
+		return &guber.RateLimitReq{Name: name, UniqueKey: "k", Hits: 1, Limit: 5, Duration: 60000}
+	}
+	resp, err := c.GetRateLimits(ctx, &guber.GetRateLimitsReq{Requests: []*guber.RateLimitReq{item("low"), item("fixed"), item("free")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := resp.Responses
+	if got[0].Error != "" || got[0].Limit != 2 || got[0].Remaining != 1 {
+		t.Errorf("lowered: %+v, want limit 2, remaining 1", got[0])
+	}
+	if got[1].Error != "bucket: the tag's policy takes no stated limit" {
+		t.Errorf("none: error %q", got[1].Error)
+	}
+	if got[2].Error != "" || got[2].Limit != 5 || got[2].Remaining != 4 {
+		t.Errorf("any: %+v, want limit 5, remaining 4", got[2])
+	}
+}
