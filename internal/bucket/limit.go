@@ -78,6 +78,9 @@ type Request struct {
 	// Hits is the tokens the query takes; 0 reads the bucket, spending
 	// and counting nothing.
 	Hits int
+	// Need is, for a read (Hits 0), the tokens the verdict's Allowed and
+	// Wait ask about: 1 when below 1.
+	Need int
 	// Reset refills the bucket before deciding (Gubernator's
 	// RESET_REMAINING).
 	Reset bool

@@ -89,7 +89,7 @@ func (s *shard) allowQuota(now int64, h uint64, key []byte, pi, qi int, c *compi
 	pos, ref := s.index.lookup(&s.arena, h, key)
 	if ref == 0 && (r.Hits == 0 || r.Hits > c.Burst) {
 		// Nothing to keep: a full bucket answers.
-		v := c.stated(gov, c.level(at, at, max(r.Hits, 1)), at, now)
+		v := c.stated(gov, c.level(at, at, max(r.Hits, r.Need, 1)), at, now)
 		if r.Hits > 0 {
 			s.refused(pi, h, key, 1)
 			return s.refusal(pi, v)
@@ -104,15 +104,21 @@ func (s *shard) allowQuota(now int64, h uint64, key []byte, pi, qi int, c *compi
 	}
 	rec := s.arena.rec(ref)
 	if was := rec.policy(); was != qi {
+		old := s.compiledAt(was)
+		if r.Hits == 0 && !r.Reset {
+			// A read changes nothing: the bucket as the new limit would
+			// hold it.
+			return c.stated(gov, c.level(max(c.spentTat(old, rec.tat(), now), at), at, max(r.Need, 1)), at, now)
+		}
 		// Another limit, or the policy's: the new one applies at once,
 		// with the tokens spent under the old one.
-		c.takeOver(rec, s.compiledAt(was), qi, now)
+		c.takeOver(rec, old, qi, now)
 	}
 	if r.Reset {
 		casPlus(rec, func(int64) int64 { return at })
 	}
 	if r.Hits == 0 {
-		return c.stated(gov, c.level(max(rec.tat(), at), at, 1), at, now)
+		return c.stated(gov, c.level(max(rec.tat(), at), at, max(r.Need, 1)), at, now)
 	}
 	n := r.Hits
 	if n > c.Burst {
@@ -213,10 +219,13 @@ func (s *shard) spendQuota(now int64, h uint64, key []byte, hits uint32, qi int,
 // bucket empty, or in debt (Gubernator applies a changed limit so).
 func (c *compiled) takeOver(rec record, old *compiled, qi int, now int64) {
 	rec.setPolicy(qi)
-	at, oat := c.at(now), old.at(now)
-	casPlus(rec, func(tat int64) int64 {
-		return c.tatFor(float64(c.Burst)-(float64(old.Burst)-old.tokens(tat, oat)), at)
-	})
+	casPlus(rec, func(tat int64) int64 { return c.spentTat(old, tat, now) })
+}
+
+// spentTat is the tat under c of a bucket whose tat under old is tat,
+// at now: the tokens spent under old spent under c.
+func (c *compiled) spentTat(old *compiled, tat, now int64) int64 {
+	return c.tatFor(float64(c.Burst)-(float64(old.Burst)-old.tokens(tat, old.at(now))), c.at(now))
 }
 
 // quotaOf returns the stated limit a record's policy index qi names, and

@@ -57,6 +57,8 @@ func TestQuotaLeakySteps(t *testing.T) {
 		// Reading spends nothing, however often.
 		{at: 1, tag: "k", req: read, allowed: false, tokens: 0.05, wait: 19, full: 59, burst: 3},
 		{at: 1, tag: "k", req: read, allowed: false, tokens: 0.05, wait: 19, full: 59, burst: 3},
+		// A read may ask about more than one token.
+		{at: 1, tag: "k", req: Request{Quota: leaky3, Need: 2}, allowed: false, tokens: 0.05, wait: 39, full: 59, burst: 3},
 		{at: 20, tag: "k", req: one, allowed: true, tokens: 0, wait: 20, full: 60, burst: 3},
 		// Reset refills first.
 		{at: 20, tag: "k", req: Request{Quota: leaky3, Hits: 1, Reset: true}, allowed: true, tokens: 2, full: 20, burst: 3},
@@ -107,6 +109,13 @@ func TestQuotaChangesAtOnce(t *testing.T) {
 	ten := Quota{Algorithm: Leaky, Burst: 10, Rate: 1}
 	for range 5 {
 		tb.AllowQuota(at(0), []byte("k"), Request{Quota: ten, Hits: 1})
+	}
+	// Reading under another limit changes nothing.
+	if v, _ := tb.AllowQuota(at(0), []byte("k"), Request{Quota: Quota{Algorithm: Leaky, Burst: 4, Rate: 1}}); v.Allowed || v.Policy.Burst != 4 || v.Tokens != -1 {
+		t.Fatalf("a read under burst 4: got %+v, want -1 tokens, refused", v)
+	}
+	if v, _ := tb.AllowQuota(at(0), []byte("k"), Request{Quota: ten}); !v.Allowed || v.Tokens != 5 {
+		t.Fatalf("the read changed the limit: %+v, want 5 tokens under burst 10", v)
 	}
 	// The same tag with a burst of 4: the 5 spent leave it empty.
 	v, _ := tb.AllowQuota(at(0), []byte("k"), Request{Quota: Quota{Algorithm: Leaky, Burst: 4, Rate: 1}, Hits: 1})

@@ -81,7 +81,7 @@ func (s *Server) checkStated(now time.Time, tag []byte, it *item) (outcome, buck
 	if s.limiter == nil {
 		return refuse, bucket.Verdict{}, errNoLimiter
 	}
-	v, err := s.limiter.AllowQuota(now, tag, bucket.Request{Quota: it.quota})
+	v, err := s.limiter.AllowQuota(now, tag, bucket.Request{Quota: it.quota, Need: cost(it)})
 	if err != nil {
 		return refuse, v, err
 	}
