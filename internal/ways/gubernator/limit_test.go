@@ -6,6 +6,7 @@ import (
 	"time"
 
 	guber "github.com/gubernator-io/gubernator/v2"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
 )
@@ -191,5 +192,19 @@ func TestCalendarLength(t *testing.T) {
 		if got := calendarLength(tc.now, tc.c); got != tc.want {
 			t.Errorf("calendarLength(%v, %d) = %v, want %v", tc.now, tc.c, got, tc.want)
 		}
+	}
+}
+
+// TestAnswerSize: an answer to MaxBatch rate limits with the largest
+// values takes at most 23 bytes a rate limit, which the docs state
+// (what a client that reads nothing keeps queued).
+func TestAnswerSize(t *testing.T) {
+	r := &guber.GetRateLimitsResp{}
+	for range MaxBatch {
+		r.Responses = append(r.Responses, &guber.RateLimitResp{Status: guber.Status_OVER_LIMIT,
+			Limit: bucket.MaxQuotaBurst, Remaining: bucket.MaxQuotaBurst, ResetTime: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()})
+	}
+	if n := proto.Size(r); n > 23*MaxBatch {
+		t.Errorf("an answer to %d rate limits is %d bytes, over the 23 a rate limit the docs state", MaxBatch, n)
 	}
 }
