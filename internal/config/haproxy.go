@@ -48,7 +48,8 @@ func (c *Config) validateHAProxy() *Error {
 		}
 		if !strings.HasSuffix(h.Listen, ":0") {
 			for _, other := range []struct{ name, addr string }{{"listen.tcp", c.Listen.TCP}, {"listen.charge_tcp", c.Listen.ChargeTCP},
-				{"admin.http", c.Admin.HTTP}, {"http.listen", c.HTTP.Listen}, {"spoe.listen", c.SPOE.Listen}, {"rls.listen", c.RLS.Listen}} {
+				{"admin.http", c.Admin.HTTP}, {"http.listen", c.HTTP.Listen}, {"spoe.listen", c.SPOE.Listen}, {"rls.listen", c.RLS.Listen},
+				{"gubernator.grpc", c.Gubernator.GRPC}, {"gubernator.http", c.Gubernator.HTTP}} {
 				if h.Listen == other.addr {
 					return bad(k, quote(h.Listen), "must be another address than "+other.name)
 				}

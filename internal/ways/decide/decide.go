@@ -12,7 +12,9 @@
 //     caller then makes counted (the rate limit service, which checks
 //     every descriptor of a request before spending any);
 //   - Charger: a cost paid after the response (the HTTP endpoint, the
-//     charge socket, the rate limit service).
+//     charge socket, the rate limit service);
+//   - Limiter: a query under a limit its caller states (the Gubernator
+//     API, the HTTP endpoint's and the rate limit service's limits).
 //
 // Every implementation must be safe for concurrent use and must not
 // retain tag (or any part of it) after the call returns: the bytes
@@ -63,9 +65,20 @@ type Charger interface {
 	Charge(now time.Time, tag []byte, n uint32)
 }
 
+// Limiter decides a query under the limit its caller states, in place of
+// its policy's (bucket.Request): the verdict, with Policy carrying the limit
+// applied (lowered to the policy's own where the policy says so), or an
+// error when the policy takes no stated limit, the limit is out of range
+// (*bucket.LimitError) or the table has no room for another distinct
+// limit. A query of 0 hits reads the bucket, spending nothing.
+type Limiter interface {
+	AllowQuota(now time.Time, tag []byte, r bucket.Request) (bucket.Verdict, error)
+}
+
 var (
 	_ BatchAllower = (*bucket.Table)(nil)
 	_ Decider      = (*bucket.Table)(nil)
 	_ Checker      = (*bucket.Table)(nil)
 	_ Charger      = (*bucket.Table)(nil)
+	_ Limiter      = (*bucket.Table)(nil)
 )
