@@ -310,7 +310,7 @@ func Default() Config {
 			Tables:        nil,                             // required once listen is set
 			Counter:       "gpc0",                          // sc-inc-gpc0 on each request served
 			Prefix:        "",                              // the key is the tag
-			MaxKeys:       1000000,                         // about 150 bytes each
+			MaxKeys:       1000000,                         // about 210 bytes each (BenchmarkBookBytes)
 			MaxConns:      16,                              // one HAProxy process, two while it reloads
 			CheckInterval: Duration{20 * time.Millisecond}, // a hit from elsewhere reaches HAProxy within about this
 		},
