@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/dthrottle/dthrottle/internal/ways/h2watch"
 	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
 
@@ -63,9 +64,12 @@ type grpcConn struct{ net.Conn }
 // its place under MaxConns meanwhile. When the connections' context ends
 // (the stop began), HealthCheck turns unhealthy and both servers stop
 // gracefully: the requests in progress are answered, then the
-// connections are closed. It is safe for concurrent use.
+// connections are closed. The gRPC connections are watched (package
+// h2watch): one on which an answer cannot be written within
+// RequestTimeout is closed. It is safe for concurrent use.
 type connHandler struct {
 	svc            *service
+	dog            *h2watch.Watchdog
 	grpc           *grpc.Server
 	http           *http.Server
 	grpcLn, httpLn *serve.Handoff
@@ -73,7 +77,7 @@ type connHandler struct {
 }
 
 func newConnHandler(svc *service, cfg Config, log *slog.Logger) *connHandler {
-	h := &connHandler{svc: svc, grpcLn: serve.NewHandoff(), httpLn: serve.NewHandoff()}
+	h := &connHandler{svc: svc, dog: h2watch.New(cfg.RequestTimeout), grpcLn: serve.NewHandoff(), httpLn: serve.NewHandoff()}
 	b := &bounds{max: int64(cfg.MaxRequests), timeout: cfg.RequestTimeout, busy: &svc.counts.busy,
 		errBusy: status.Errorf(codes.ResourceExhausted, "gubernator: requests in progress: over %d", cfg.MaxRequests)}
 	h.grpc = grpc.NewServer(
@@ -113,7 +117,7 @@ func newConnHandler(svc *service, cfg Config, log *slog.Logger) *connHandler {
 	return h
 }
 
-// ServeConn has the gRPC server serve nc when it came from a
+// ServeConn has the gRPC server serve nc, watched, when it came from a
 // GRPCListener, the HTTP server otherwise, and returns once nc is closed.
 func (h *connHandler) ServeConn(ctx context.Context, nc net.Conn) {
 	h.start.Do(func() {
@@ -128,7 +132,7 @@ func (h *connHandler) ServeConn(ctx context.Context, nc net.Conn) {
 		})
 	})
 	if g, ok := nc.(grpcConn); ok {
-		h.grpcLn.Serve(g.Conn)
+		h.grpcLn.Serve(h.dog.Watch(g.Conn, ctx.Done()))
 		return
 	}
 	h.httpLn.Serve(nc)
