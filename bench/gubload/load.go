@@ -61,7 +61,7 @@ func (l Load) Run() (Result, error) {
 	// spends nothing per call but the call.
 	reqs := make([]*guber.GetRateLimitsReq, l.Keys)
 	for i := range reqs {
-		reqs[i] = l.request("bench", "k"+strconv.Itoa(i))
+		reqs[i] = l.request("bench-"+strings.ToLower(l.behavior.String()), "k"+strconv.Itoa(i))
 	}
 
 	var measuring, stop atomic.Bool

@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# bench/gubernator.sh: dthrottled's Gubernator API ([gubernator],
+# pb.gubernator.V1) against a real Gubernator cluster, side by side, as
+# docs/performance.md reports ("Gubernator's API: dthrottled against a
+# Gubernator cluster").
+#
+# Three Gubernator nodes (cmd/gubernator of github.com/gubernator-io/
+# gubernator/v2 at the version go.mod requires, v2.13.0, built by
+# guber_build below; finding each other by member-list) and three dthrottled (reporting hits to each
+# other as unicast peers every GOSSIP_INTERVAL) run at once, all inside a
+# user and network namespace this script makes: nothing reaches the
+# host's own interfaces. Each system meets the same load from
+# bench/gubload, Gubernator's own Go client, its own process per run:
+#
+#   throughput  INFLIGHT calls in flight, one request a call, calls round
+#               robin over the system's three nodes, KEYS keys in turn,
+#               every request stating LIMIT hits a second (LEAKY_BUCKET,
+#               burst LIMIT), far above what a key is asked, so nearly
+#               every answer is UNDER_LIMIT; WARMUP, then DURATION
+#               measured. CPU per decision is the three servers'
+#               user+system time (/proc/PID/stat) over the window divided
+#               by the decisions answered in it.
+#   accuracy    one fresh key stating ACC_RATE a second, burst ACC_BURST,
+#               offered OVER times that rate for ACC_DURATION, request k
+#               to node k mod 3; what the cluster served beside what one
+#               exact bucket serves of the same requests at the same
+#               instants.
+#
+# for Gubernator's default behaviour (BATCHING: a node forwards each key
+# to its owner), its GLOBAL behaviour (a node answers from its copy and
+# the owner broadcasts every GUBER_GLOBAL_SYNC_WAIT, 100ms by default),
+# and dthrottled. RUNS rounds, the order of the systems swapped every
+# round; the table gives medians.
+#
+#   bench/gubernator.sh                       # about a minute and a half
+#   RUNS=3 DURATION=10s ACC_DURATION=20s bench/gubernator.sh
+#   GOSSIP_INTERVAL=1s bench/gubernator.sh    # dthrottled's default interval
+#   GUBERNATOR_ONLY=1 bench/gubernator.sh     # Gubernator alone (also the
+#                                             # case when dthrottled does
+#                                             # not know [gubernator])
+#   DTHROTTLED=/path/to/dthrottled bench/gubernator.sh
+#
+# Gubernator's own settings pass through the environment (GUBER_*). Needs
+# unshare(1) with unprivileged user namespaces, ip(8), and the Go module
+# proxy the first time, to fetch the module.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-1}
+DURATION=${DURATION:-5s}
+WARMUP=${WARMUP:-1s}
+INFLIGHT=${INFLIGHT:-64}
+KEYS=${KEYS:-10000}
+LIMIT=${LIMIT:-1000}
+ACC_RATE=${ACC_RATE:-100}
+ACC_BURST=${ACC_BURST:-100}
+ACC_DURATION=${ACC_DURATION:-10s}
+OVER=${OVER:-10}
+GOSSIP_INTERVAL=${GOSSIP_INTERVAL:-100ms}
+GUBERNATOR_ONLY=${GUBERNATOR_ONLY:-}
+
+. bench/lib.sh
+
+# guber_build builds Gubernator's server, cmd/gubernator of the module at
+# the version go.mod requires (the load tool's client is the same
+# module), once into $guber ($XDG_CACHE_HOME/dthrottle-gubernator/VERSION,
+# else ~/.cache/...). `go install MODULE@VERSION` builds it with the
+# module's own go.mod and go.sum: built inside this module, with its
+# newer OpenTelemetry, the server stops at start ("conflicting Schema
+# URL"). About four minutes the first time on this machine with empty
+# module and build caches.
+guber_build() {
+	local base version
+	version=$(go list -m -f '{{.Version}}' github.com/gubernator-io/gubernator/v2)
+	base=${XDG_CACHE_HOME:-${HOME:+$HOME/.cache}}
+	guber=${base:-${TMPDIR:-/tmp}}/dthrottle-gubernator/$version
+	GUBERNATOR_VERSION=$version
+	[ -x "$guber/gubernator" ] && return
+	echo "# building github.com/gubernator-io/gubernator/v2/cmd/gubernator@$version into $guber" >&2
+	mkdir -p "$guber"
+	(cd "$tmp" && GOBIN=$guber GOFLAGS=-buildvcs=false go install "github.com/gubernator-io/gubernator/v2/cmd/gubernator@$version")
+}
+
+# Outside the namespace: build everything (the module proxy may be
+# needed), then run this script again inside a new user and network
+# namespace, where only lo exists.
+if [ -z "${GUBERNATOR_BENCH_TMP:-}" ]; then
+	bench_tmp gubernator
+	guber_build
+	cp "$guber/gubernator" "$tmp/gubernator"
+	go build -o "$tmp/gubload" ./bench/gubload
+	if [ -n "${DTHROTTLED:-}" ]; then
+		cp "$DTHROTTLED" "$tmp/dthrottled"
+	else
+		go build -o "$tmp/dthrottled" ./cmd/dthrottled
+	fi
+	GUBERNATOR_BENCH_TMP=$tmp GUBERNATOR_VERSION=$GUBERNATOR_VERSION \
+		unshare --user --map-root-user --net -- bash "$0" "$@"
+	exit
+fi
+
+# Inside the namespace.
+tmp=$GUBERNATOR_BENCH_TMP
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done' EXIT
+links=$(ip -o link show | awk -F': ' '{print $2}' | tr '\n' ' ')
+[ "$links" = "lo " ] || { echo "gubernator.sh: the namespace has interfaces besides lo: $links" >&2; exit 1; }
+ip link set lo up
+ip route replace 224.0.0.0/4 dev lo
+
+# Gubernator: node N on 127.0.0.N (gRPC :1051, HTTP :1050, member-list
+# :7946), every node told of the first. Member-list keeps one peer per IP
+# address, and names a node by its host name, which Gubernator does not
+# let one set: each node has an address and a UTS namespace of its own,
+# named guberN. Tracing exports nothing (OTEL_TRACES_EXPORTER=none) where
+# it would try a collector that is not there every few seconds.
+gaddrs=() gpids=()
+for n in 1 2 3; do
+	env GUBER_GRPC_ADDRESS=127.0.0.$n:1051 GUBER_HTTP_ADDRESS=127.0.0.$n:1050 \
+		GUBER_PEER_DISCOVERY_TYPE=member-list GUBER_MEMBERLIST_ADDRESS=127.0.0.$n:7946 \
+		GUBER_MEMBERLIST_BIND_ADDRESS=127.0.0.$n:7946 GUBER_MEMBERLIST_KNOWN_NODES=127.0.0.1:7946 \
+		GUBER_INSTANCE_ID=guber$n GUBER_LOG_LEVEL="${GUBER_LOG_LEVEL:-warn}" \
+		OTEL_TRACES_EXPORTER="${OTEL_TRACES_EXPORTER:-none}" \
+		unshare --uts -- sh -c "hostname guber$n && exec \"\$0\"" "$tmp/gubernator" >"$tmp/gubernator$n.log" 2>&1 &
+	pids+=($!) gpids+=($!) gaddrs+=(127.0.0.$n:1051)
+done
+
+# dthrottled: gRPC on 127.0.0.1:1906N, reports to the others from
+# 127.0.0.1:1977N.
+daddrs=() dpids=()
+for n in 1 2 3; do
+	peers=
+	for m in 1 2 3; do [ "$m" = "$n" ] || peers+="${peers:+, }\"127.0.0.1:1977$m\""; done
+	cat >"$tmp/dthrottle$n.toml" <<TOML
+[listen]
+unix = "$tmp/d$n.sock"
+unix_mode = "0600"
+[gossip]
+interval = "$GOSSIP_INTERVAL"
+peers = [$peers]
+bind = "127.0.0.1:1977$n"
+[gubernator]
+grpc = "127.0.0.1:1906$n"
+TOML
+done
+if [ -z "$GUBERNATOR_ONLY" ] && ! out=$("$tmp/dthrottled" -check -config "$tmp/dthrottle1.toml" 2>&1); then
+	case $out in
+	*'unknown key "gubernator'*) echo "# dthrottled does not know [gubernator] yet: measuring Gubernator alone" >&2; GUBERNATOR_ONLY=1 ;;
+	*) echo "$out" >&2; exit 1 ;;
+	esac
+fi
+systems=(default global)
+if [ -z "$GUBERNATOR_ONLY" ]; then
+	for n in 1 2 3; do
+		"$tmp/dthrottled" -config "$tmp/dthrottle$n.toml" 2>"$tmp/dthrottled$n.log" &
+		pids+=($!) dpids+=($!) daddrs+=(127.0.0.1:1906$n)
+	done
+	systems+=(dthrottled)
+fi
+
+join() { local IFS=,; echo "$*"; }
+"$tmp/gubload" ready -addrs "$(join "${gaddrs[@]}")" -peers 3 ||
+	{ tail -n 20 "$tmp"/gubernator*.log >&2; exit 1; }
+if [ -z "$GUBERNATOR_ONLY" ]; then
+	"$tmp/gubload" ready -addrs "$(join "${daddrs[@]}")" ||
+		{ tail -n 20 "$tmp"/dthrottled*.log >&2; exit 1; }
+fi
+
+echo "# $(date -u +%FT%TZ), $(nproc) CPUs shared by the load tool and all six servers, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+with=" and dthrottled (3 nodes, unicast peers, gossip.interval $GOSSIP_INTERVAL)"
+[ -z "$GUBERNATOR_ONLY" ] || with=
+echo "# gubernator $GUBERNATOR_VERSION (3 nodes, member-list)$with; $RUNS round(s)"
+echo "# throughput: $INFLIGHT calls in flight, $KEYS keys, LEAKY_BUCKET $LIMIT/s burst $LIMIT, $DURATION after $WARMUP"
+echo "# accuracy: one key at ${OVER}x of $ACC_RATE/s burst $ACC_BURST for $ACC_DURATION"
+echo
+
+cpu_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t }' /proc/stat; }
+read -r steal0 total0 < <(cpu_ticks)
+
+: >"$tmp/results"
+for round in $(seq "$RUNS"); do
+	order=("${systems[@]}")
+	if [ $((round % 2)) = 0 ]; then order=(); for ((i = ${#systems[@]} - 1; i >= 0; i--)); do order+=("${systems[$i]}"); done; fi
+	for sys in "${order[@]}"; do
+		case $sys in
+		dthrottled) a=$(join "${daddrs[@]}") p=$(join "${dpids[@]}") b=batching ;;
+		default) a=$(join "${gaddrs[@]}") p=$(join "${gpids[@]}") b=batching ;;
+		global) a=$(join "${gaddrs[@]}") p=$(join "${gpids[@]}") b=global ;;
+		esac
+		"$tmp/gubload" run -addrs "$a" -pids "$p" -behavior "$b" -label "$sys" -keys "$KEYS" \
+			-limit "$LIMIT" -inflight "$INFLIGHT" -warmup "$WARMUP" -duration "$DURATION" | tee -a "$tmp/results"
+		"$tmp/gubload" accuracy -addrs "$a" -behavior "$b" -label "$sys" -limit "$ACC_RATE" \
+			-burst "$ACC_BURST" -over "$OVER" -duration "$ACC_DURATION" | tee -a "$tmp/results"
+	done
+done
+
+read -r steal1 total1 < <(cpu_ticks)
+echo
+awk -v s="$((steal1 - steal0))" -v t="$((total1 - total0))" 'BEGIN {
+	printf "# CPU time stolen by the hypervisor during the run: %.1f%%\n", (t > 0 ? 100 * s / t : 0)
+}'
+echo
+awk -v systems="${systems[*]}" '
+function median(s,   a, n, i, j, t) {
+	n = split(s, a, " ")
+	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+	return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
+}
+function num(r) { return r >= 1e6 ? sprintf("%.2fM", r/1e6) : r >= 1e3 ? sprintf("%.1fk", r/1e3) : sprintf("%.0f", r) }
+function ms(x) { return x >= 1000 ? sprintf("%.2f ms", x/1000) : sprintf("%.0f µs", x) }
+{
+	for (i = 3; i <= NF; i++) { split($i, kv, "="); v[$1, $2, kv[1]] = v[$1, $2, kv[1]] " " kv[2] }
+}
+END {
+	n = split(systems, sys, " ")
+	name["default"] = "Gubernator, default (BATCHING)"; name["global"] = "Gubernator, GLOBAL"; name["dthrottled"] = "dthrottled"
+	print "| system | decisions/s | UNDER_LIMIT | p50 | p99 | server CPU per decision | decisions per server CPU second | errors | accuracy: served | exact bucket | served / exact |"
+	print "|---|---|---|---|---|---|---|---|---|---|---|"
+	for (s = 1; s <= n; s++) {
+		k = sys[s]
+		c[k] = median(v["run", k, "cpu_ns"]); served[k] = median(v["accuracy", k, "served"]); exact[k] = median(v["accuracy", k, "exact"])
+		printf "| %s | %s | %.1f%% | %s | %s | %.1f µs | %s | %d | %d of %d | %d (bound %d) | %.3f |\n", name[k],
+			num(median(v["run", k, "rate"])) "/s", 100 * median(v["run", k, "under"]), ms(median(v["run", k, "p50_us"])),
+			ms(median(v["run", k, "p99_us"])), c[k] / 1000, num(1e9 / c[k]), median(v["run", k, "errors"]) + median(v["accuracy", k, "errors"]),
+			served[k], median(v["accuracy", k, "sent"]), exact[k], median(v["accuracy", k, "bound"]), served[k] / exact[k]
+	}
+	if ("dthrottled" in c) {
+		for (s = 1; s <= 2; s++) {
+			k = sys[s]
+			printf "| dthrottled / %s | | | | | | **%.1fx** (target: at least 5x) | | | | %+.1f%% against %+.1f%% off the exact bucket |\n", name[k],
+				c[k] / c["dthrottled"], 100 * (served["dthrottled"] / exact["dthrottled"] - 1), 100 * (served[k] / exact[k] - 1)
+		}
+	}
+}' "$tmp/results"
