@@ -6,10 +6,11 @@
 #
 # Three Gubernator nodes (cmd/gubernator of github.com/gubernator-io/
 # gubernator/v2 at the version go.mod requires, v2.13.0, built by
-# guber_build below; finding each other by member-list) and three dthrottled (reporting hits to each
-# other as unicast peers every GOSSIP_INTERVAL) run at once, all inside a
-# user and network namespace this script makes: nothing reaches the
-# host's own interfaces. Each system meets the same load from
+# guber_build below; finding each other by member-list), a cluster of
+# three dthrottled for each gossip interval of INTERVALS (reporting hits
+# to each other as unicast peers) and three floors run at once, all
+# inside a user and network namespace this script makes: nothing reaches
+# the host's own interfaces. Each system meets the same load from
 # bench/gubload, Gubernator's own Go client, its own process per run:
 #
 #   throughput  INFLIGHT calls in flight, one request a call, calls round
@@ -29,12 +30,17 @@
 # for Gubernator's default behaviour (BATCHING: a node forwards each key
 # to its owner), its GLOBAL behaviour (a node answers from its copy and
 # the owner broadcasts every GUBER_GLOBAL_SYNC_WAIT, 100ms by default),
-# and dthrottled. RUNS rounds, the order of the systems swapped every
-# round; the table gives medians.
+# and dthrottled at its default interval (1s) and at GLOBAL's (100ms).
+# Beside them, throughput only, runs the floor (bench/guberfloor): the
+# same API on google.golang.org/grpc's defaults answering every call
+# UNDER_LIMIT and deciding nothing, what any server of the API built on
+# grpc-go spends on a call. RUNS rounds, the order of the systems swapped
+# every round; the table gives medians.
 #
 #   bench/gubernator.sh                       # about a minute and a half
 #   RUNS=3 DURATION=10s ACC_DURATION=20s bench/gubernator.sh
-#   GOSSIP_INTERVAL=1s bench/gubernator.sh    # dthrottled's default interval
+#   INTERVALS=1s bench/gubernator.sh          # one dthrottled cluster
+#   FLOOR=0 bench/gubernator.sh               # without the floor
 #   GUBERNATOR_ONLY=1 bench/gubernator.sh     # Gubernator alone (also the
 #                                             # case when dthrottled does
 #                                             # not know [gubernator])
@@ -56,7 +62,8 @@ ACC_RATE=${ACC_RATE:-100}
 ACC_BURST=${ACC_BURST:-100}
 ACC_DURATION=${ACC_DURATION:-10s}
 OVER=${OVER:-10}
-GOSSIP_INTERVAL=${GOSSIP_INTERVAL:-100ms}
+INTERVALS=${INTERVALS:-1s 100ms}
+FLOOR=${FLOOR:-1}
 GUBERNATOR_ONLY=${GUBERNATOR_ONLY:-}
 
 . bench/lib.sh
@@ -89,6 +96,7 @@ if [ -z "${GUBERNATOR_BENCH_TMP:-}" ]; then
 	guber_build
 	cp "$guber/gubernator" "$tmp/gubernator"
 	go build -o "$tmp/gubload" ./bench/gubload
+	go build -o "$tmp/guberfloor" ./bench/guberfloor
 	if [ -n "${DTHROTTLED:-}" ]; then
 		cp "$DTHROTTLED" "$tmp/dthrottled"
 	else
@@ -125,51 +133,71 @@ for n in 1 2 3; do
 	pids+=($!) gpids+=($!) gaddrs+=(127.0.0.$n:1051)
 done
 
-# dthrottled: gRPC on 127.0.0.1:1906N, reports to the others from
-# 127.0.0.1:1977N.
-daddrs=() dpids=()
-for n in 1 2 3; do
-	peers=
-	for m in 1 2 3; do [ "$m" = "$n" ] || peers+="${peers:+, }\"127.0.0.1:1977$m\""; done
-	cat >"$tmp/dthrottle$n.toml" <<TOML
+join() { local IFS=,; echo "$*"; }
+declare -A addrs procs behavior name
+addrs[default]=$(join "${gaddrs[@]}") procs[default]=$(join "${gpids[@]}") behavior[default]=batching
+addrs[global]=${addrs[default]} procs[global]=${procs[default]} behavior[global]=global
+name[default]="Gubernator, default (BATCHING)" name[global]="Gubernator, GLOBAL"
+systems=(default global)
+
+# dthrottled: a cluster of three for each of INTERVALS, cluster c's node
+# N serving gRPC on 127.0.0.1:19c6N and reporting to the others from
+# 127.0.0.1:19c7N.
+c=0
+for interval in $INTERVALS; do
+	for n in 1 2 3; do
+		peers=
+		for m in 1 2 3; do [ "$m" = "$n" ] || peers+="${peers:+, }\"127.0.0.1:19${c}7$m\""; done
+		cat >"$tmp/dthrottle$c$n.toml" <<TOML
 [listen]
-unix = "$tmp/d$n.sock"
+unix = "$tmp/d$c$n.sock"
 unix_mode = "0600"
 [gossip]
-interval = "$GOSSIP_INTERVAL"
+interval = "$interval"
 peers = [$peers]
-bind = "127.0.0.1:1977$n"
+bind = "127.0.0.1:19${c}7$n"
 [gubernator]
-grpc = "127.0.0.1:1906$n"
+grpc = "127.0.0.1:19${c}6$n"
 TOML
-done
-if [ -z "$GUBERNATOR_ONLY" ] && ! out=$("$tmp/dthrottled" -check -config "$tmp/dthrottle1.toml" 2>&1); then
-	case $out in
-	*'unknown key "gubernator'*) echo "# dthrottled does not know [gubernator] yet: measuring Gubernator alone" >&2; GUBERNATOR_ONLY=1 ;;
-	*) echo "$out" >&2; exit 1 ;;
-	esac
-fi
-systems=(default global)
-if [ -z "$GUBERNATOR_ONLY" ]; then
-	for n in 1 2 3; do
-		"$tmp/dthrottled" -config "$tmp/dthrottle$n.toml" 2>"$tmp/dthrottled$n.log" &
-		pids+=($!) dpids+=($!) daddrs+=(127.0.0.1:1906$n)
 	done
-	systems+=(dthrottled)
+	if [ -z "$GUBERNATOR_ONLY" ] && ! out=$("$tmp/dthrottled" -check -config "$tmp/dthrottle${c}1.toml" 2>&1); then
+		case $out in
+		*'unknown key "gubernator'*) echo "# dthrottled does not know [gubernator] yet: measuring Gubernator alone" >&2; GUBERNATOR_ONLY=1 ;;
+		*) echo "$out" >&2; exit 1 ;;
+		esac
+	fi
+	[ -z "$GUBERNATOR_ONLY" ] || break
+	a=() p=()
+	for n in 1 2 3; do
+		"$tmp/dthrottled" -config "$tmp/dthrottle$c$n.toml" 2>"$tmp/dthrottled$c$n.log" &
+		pids+=($!) p+=($!) a+=(127.0.0.1:19${c}6$n)
+	done
+	sys=dthrottled@$interval
+	addrs[$sys]=$(join "${a[@]}") procs[$sys]=$(join "${p[@]}") behavior[$sys]=batching
+	name[$sys]="dthrottled, gossip.interval $interval"
+	systems+=("$sys")
+	c=$((c + 1))
+done
+
+# The floor: three guberfloor on 127.0.0.1:1990N, throughput only.
+if [ "$FLOOR" = 1 ]; then
+	a=() p=()
+	for n in 1 2 3; do
+		"$tmp/guberfloor" -listen "127.0.0.1:1990$n" 2>"$tmp/floor$n.log" &
+		pids+=($!) p+=($!) a+=(127.0.0.1:1990$n)
+	done
+	addrs[floor]=$(join "${a[@]}") procs[floor]=$(join "${p[@]}") behavior[floor]=batching
+	name[floor]="floor: grpc-go answering UNDER_LIMIT"
+	systems+=(floor)
 fi
 
-join() { local IFS=,; echo "$*"; }
-"$tmp/gubload" ready -addrs "$(join "${gaddrs[@]}")" -peers 3 ||
-	{ tail -n 20 "$tmp"/gubernator*.log >&2; exit 1; }
-if [ -z "$GUBERNATOR_ONLY" ]; then
-	"$tmp/gubload" ready -addrs "$(join "${daddrs[@]}")" ||
-		{ tail -n 20 "$tmp"/dthrottled*.log >&2; exit 1; }
-fi
+"$tmp/gubload" ready -addrs "${addrs[default]}" -peers 3 || { tail -n 20 "$tmp"/gubernator*.log >&2; exit 1; }
+for sys in "${systems[@]:2}"; do
+	"$tmp/gubload" ready -addrs "${addrs[$sys]}" || { tail -n 20 "$tmp"/dthrottled*.log "$tmp"/floor*.log >&2; exit 1; }
+done
 
-echo "# $(date -u +%FT%TZ), $(nproc) CPUs shared by the load tool and all six servers, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-with=" and dthrottled (3 nodes, unicast peers, gossip.interval $GOSSIP_INTERVAL)"
-[ -z "$GUBERNATOR_ONLY" ] || with=
-echo "# gubernator $GUBERNATOR_VERSION (3 nodes, member-list)$with; $RUNS round(s)"
+echo "# $(date -u +%FT%TZ), $(nproc) CPUs shared by the load tool and every server, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# gubernator $GUBERNATOR_VERSION: 3 nodes, member-list; dthrottled: 3 nodes a cluster, unicast peers; $RUNS round(s)"
 echo "# throughput: $INFLIGHT calls in flight, $KEYS keys, LEAKY_BUCKET $LIMIT/s burst $LIMIT, $DURATION after $WARMUP"
 echo "# accuracy: one key at ${OVER}x of $ACC_RATE/s burst $ACC_BURST for $ACC_DURATION"
 echo
@@ -182,15 +210,11 @@ for round in $(seq "$RUNS"); do
 	order=("${systems[@]}")
 	if [ $((round % 2)) = 0 ]; then order=(); for ((i = ${#systems[@]} - 1; i >= 0; i--)); do order+=("${systems[$i]}"); done; fi
 	for sys in "${order[@]}"; do
-		case $sys in
-		dthrottled) a=$(join "${daddrs[@]}") p=$(join "${dpids[@]}") b=batching ;;
-		default) a=$(join "${gaddrs[@]}") p=$(join "${gpids[@]}") b=batching ;;
-		global) a=$(join "${gaddrs[@]}") p=$(join "${gpids[@]}") b=global ;;
-		esac
-		"$tmp/gubload" run -addrs "$a" -pids "$p" -behavior "$b" -label "$sys" -keys "$KEYS" \
-			-limit "$LIMIT" -inflight "$INFLIGHT" -warmup "$WARMUP" -duration "$DURATION" | tee -a "$tmp/results"
-		"$tmp/gubload" accuracy -addrs "$a" -behavior "$b" -label "$sys" -limit "$ACC_RATE" \
-			-burst "$ACC_BURST" -over "$OVER" -duration "$ACC_DURATION" | tee -a "$tmp/results"
+		"$tmp/gubload" run -addrs "${addrs[$sys]}" -pids "${procs[$sys]}" -behavior "${behavior[$sys]}" -label "$sys" \
+			-keys "$KEYS" -limit "$LIMIT" -inflight "$INFLIGHT" -warmup "$WARMUP" -duration "$DURATION" | tee -a "$tmp/results"
+		[ "$sys" = floor ] && continue
+		"$tmp/gubload" accuracy -addrs "${addrs[$sys]}" -behavior "${behavior[$sys]}" -label "$sys" \
+			-limit "$ACC_RATE" -burst "$ACC_BURST" -over "$OVER" -duration "$ACC_DURATION" | tee -a "$tmp/results"
 	done
 done
 
@@ -200,7 +224,8 @@ awk -v s="$((steal1 - steal0))" -v t="$((total1 - total0))" 'BEGIN {
 	printf "# CPU time stolen by the hypervisor during the run: %.1f%%\n", (t > 0 ? 100 * s / t : 0)
 }'
 echo
-awk -v systems="${systems[*]}" '
+for sys in "${systems[@]}"; do printf '%s\t%s\n' "$sys" "${name[$sys]}"; done >"$tmp/names"
+awk -F'\t' -v systems="${systems[*]}" '
 function median(s,   a, n, i, j, t) {
 	n = split(s, a, " ")
 	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
@@ -208,27 +233,38 @@ function median(s,   a, n, i, j, t) {
 }
 function num(r) { return r >= 1e6 ? sprintf("%.2fM", r/1e6) : r >= 1e3 ? sprintf("%.1fk", r/1e3) : sprintf("%.0f", r) }
 function ms(x) { return x >= 1000 ? sprintf("%.2f ms", x/1000) : sprintf("%.0f µs", x) }
+function off(k) { return sprintf("%+.1f%%", 100 * (served[k] / exact[k] - 1)) }
+FILENAME ~ /names$/ { name[$1] = $2; next }
 {
-	for (i = 3; i <= NF; i++) { split($i, kv, "="); v[$1, $2, kv[1]] = v[$1, $2, kv[1]] " " kv[2] }
+	split($0, f, " ")
+	for (i = 3; i in f; i++) { split(f[i], kv, "="); v[f[1], f[2], kv[1]] = v[f[1], f[2], kv[1]] " " kv[2] }
 }
 END {
 	n = split(systems, sys, " ")
-	name["default"] = "Gubernator, default (BATCHING)"; name["global"] = "Gubernator, GLOBAL"; name["dthrottled"] = "dthrottled"
-	print "| system | decisions/s | UNDER_LIMIT | p50 | p99 | server CPU per decision | decisions per server CPU second | errors | accuracy: served | exact bucket | served / exact |"
+	print "| system | decisions/s | UNDER_LIMIT | p50 | p99 | server CPU per decision | decisions per server CPU second | accuracy: served | exact bucket | off the exact bucket | errors |"
 	print "|---|---|---|---|---|---|---|---|---|---|---|"
 	for (s = 1; s <= n; s++) {
 		k = sys[s]
-		c[k] = median(v["run", k, "cpu_ns"]); served[k] = median(v["accuracy", k, "served"]); exact[k] = median(v["accuracy", k, "exact"])
-		printf "| %s | %s | %.1f%% | %s | %s | %.1f µs | %s | %d | %d of %d | %d (bound %d) | %.3f |\n", name[k],
+		c[k] = median(v["run", k, "cpu_ns"])
+		acc = "| - | - | -"
+		if (("accuracy", k, "served") in v) {
+			served[k] = median(v["accuracy", k, "served"]); exact[k] = median(v["accuracy", k, "exact"])
+			acc = sprintf("| %d of %d | %d (bound %d) | %s", served[k], median(v["accuracy", k, "sent"]), exact[k], median(v["accuracy", k, "bound"]), off(k))
+		}
+		printf "| %s | %s | %.1f%% | %s | %s | %.1f µs | %s %s | %d |\n", name[k],
 			num(median(v["run", k, "rate"])) "/s", 100 * median(v["run", k, "under"]), ms(median(v["run", k, "p50_us"])),
-			ms(median(v["run", k, "p99_us"])), c[k] / 1000, num(1e9 / c[k]), median(v["run", k, "errors"]) + median(v["accuracy", k, "errors"]),
-			served[k], median(v["accuracy", k, "sent"]), exact[k], median(v["accuracy", k, "bound"]), served[k] / exact[k]
+			ms(median(v["run", k, "p99_us"])), c[k] / 1000, num(1e9 / c[k]), acc,
+			median(v["run", k, "errors"]) + median(v["accuracy", k, "errors"])
 	}
-	if ("dthrottled" in c) {
-		for (s = 1; s <= 2; s++) {
-			k = sys[s]
-			printf "| dthrottled / %s | | | | | | **%.1fx** (target: at least 5x) | | | | %+.1f%% against %+.1f%% off the exact bucket |\n", name[k],
-				c[k] / c["dthrottled"], 100 * (served["dthrottled"] / exact["dthrottled"] - 1), 100 * (served[k] / exact[k] - 1)
+	for (s = 3; s <= n; s++) {
+		d = sys[s]
+		for (g = 1; g <= 2; g++) {
+			k = sys[g]
+			if (d == "floor") {
+				if (g == 1) printf "| floor / %s | | | | | | %.1fx (the most any grpc-go server could reach) | | | | |\n", name[k], c[k] / c[d]
+				continue
+			}
+			printf "| %s / %s | | | | | | **%.1fx** (target: at least 5x) | | | %s against %s | |\n", name[d], name[k], c[k] / c[d], off(d), off(k)
 		}
 	}
-}' "$tmp/results"
+}' "$tmp/names" "$tmp/results"
