@@ -13,7 +13,8 @@
 # the host's own interfaces. Each system meets the same load from
 # bench/gubload, Gubernator's own Go client, its own process per run:
 #
-#   throughput  INFLIGHT calls in flight, one request a call, calls round
+#   throughput  INFLIGHT calls in flight, BATCH rate limits a call (1 by
+#               default, of consecutive keys), calls round
 #               robin over the system's three nodes, KEYS keys in turn,
 #               every request stating LIMIT hits a second (LEAKY_BUCKET,
 #               burst LIMIT), far above what a key is asked, so nearly
@@ -39,6 +40,7 @@
 #
 #   bench/gubernator.sh                       # about a minute and a half
 #   RUNS=3 DURATION=10s ACC_DURATION=20s bench/gubernator.sh
+#   BATCH=100 bench/gubernator.sh             # 100 rate limits a call
 #   INTERVALS=1s bench/gubernator.sh          # one dthrottled cluster
 #   FLOOR=0 bench/gubernator.sh               # without the floor
 #   GUBERNATOR_ONLY=1 bench/gubernator.sh     # Gubernator alone (also the
@@ -57,6 +59,7 @@ DURATION=${DURATION:-5s}
 WARMUP=${WARMUP:-1s}
 INFLIGHT=${INFLIGHT:-64}
 KEYS=${KEYS:-10000}
+BATCH=${BATCH:-1}
 LIMIT=${LIMIT:-1000}
 ACC_RATE=${ACC_RATE:-100}
 ACC_BURST=${ACC_BURST:-100}
@@ -198,7 +201,7 @@ done
 
 echo "# $(date -u +%FT%TZ), $(nproc) CPUs shared by the load tool and every server, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# gubernator $GUBERNATOR_VERSION: 3 nodes, member-list; dthrottled: 3 nodes a cluster, unicast peers; $RUNS round(s)"
-echo "# throughput: $INFLIGHT calls in flight, $KEYS keys, LEAKY_BUCKET $LIMIT/s burst $LIMIT, $DURATION after $WARMUP"
+echo "# throughput: $INFLIGHT calls in flight, $BATCH rate limit(s) a call, $KEYS keys, LEAKY_BUCKET $LIMIT/s burst $LIMIT, $DURATION after $WARMUP"
 echo "# accuracy: one key at ${OVER}x of $ACC_RATE/s burst $ACC_BURST for $ACC_DURATION"
 echo
 
@@ -211,7 +214,7 @@ for round in $(seq "$RUNS"); do
 	if [ $((round % 2)) = 0 ]; then order=(); for ((i = ${#systems[@]} - 1; i >= 0; i--)); do order+=("${systems[$i]}"); done; fi
 	for sys in "${order[@]}"; do
 		"$tmp/gubload" run -addrs "${addrs[$sys]}" -pids "${procs[$sys]}" -behavior "${behavior[$sys]}" -label "$sys" \
-			-keys "$KEYS" -limit "$LIMIT" -inflight "$INFLIGHT" -warmup "$WARMUP" -duration "$DURATION" | tee -a "$tmp/results"
+			-keys "$KEYS" -batch "$BATCH" -limit "$LIMIT" -inflight "$INFLIGHT" -warmup "$WARMUP" -duration "$DURATION" | tee -a "$tmp/results"
 		[ "$sys" = floor ] && continue
 		"$tmp/gubload" accuracy -addrs "${addrs[$sys]}" -behavior "${behavior[$sys]}" -label "$sys" \
 			-limit "$ACC_RATE" -burst "$ACC_BURST" -over "$OVER" -duration "$ACC_DURATION" | tee -a "$tmp/results"

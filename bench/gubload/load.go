@@ -17,11 +17,13 @@ import (
 )
 
 // Load is one throughput measurement: Inflight goroutines, each calling
-// GetRateLimits with one request at a time, the calls of each going
-// round robin over the addresses and its keys taken in turn from Keys.
+// GetRateLimits with one call at a time, the calls of each going round
+// robin over the addresses, each call asking about Batch consecutive
+// keys, taken in turn from Keys.
 type Load struct {
 	common
 	Keys     int
+	Batch    int // rate limits per call
 	Inflight int
 	Conns    int // clients per address
 	Warmup   time.Duration
@@ -31,9 +33,9 @@ type Load struct {
 
 // Result is what a Load measured in its window.
 type Result struct {
-	Decisions uint64 // answered without error
+	Decisions uint64 // rate limits answered without error
 	Under     uint64 // of them UNDER_LIMIT
-	Errors    uint64 // answers whose item carried an error
+	Errors    uint64 // rate limits answered with an error, or not answered
 	Elapsed   time.Duration
 	P50, P99  time.Duration // of one call
 	ServerCPU time.Duration // used by the processes of Pids together
@@ -50,8 +52,8 @@ type worker struct {
 
 // Run performs l.
 func (l Load) Run() (Result, error) {
-	if l.Keys < 1 || l.Inflight < 1 {
-		return Result{}, errors.New("keys and inflight must be >= 1")
+	if l.Keys < 1 || l.Inflight < 1 || l.Batch < 1 || l.Batch > l.Keys {
+		return Result{}, errors.New("keys, inflight and batch must be >= 1, batch at most keys")
 	}
 	clients, err := l.dial(l.Conns)
 	if err != nil {
@@ -59,9 +61,14 @@ func (l Load) Run() (Result, error) {
 	}
 	// Every request is built before the load, so that the load tool
 	// spends nothing per call but the call.
-	reqs := make([]*guber.GetRateLimitsReq, l.Keys)
+	name := "bench-" + strings.ToLower(l.behavior.String())
+	reqs := make([]*guber.GetRateLimitsReq, l.Keys/l.Batch)
 	for i := range reqs {
-		reqs[i] = l.request("bench-"+strings.ToLower(l.behavior.String()), "k"+strconv.Itoa(i))
+		keys := make([]string, l.Batch)
+		for j := range keys {
+			keys[j] = "k" + strconv.Itoa(i*l.Batch+j)
+		}
+		reqs[i] = l.request(name, keys...)
 	}
 
 	var measuring, stop atomic.Bool
@@ -73,7 +80,7 @@ func (l Load) Run() (Result, error) {
 	for w := range l.Inflight {
 		wg.Go(func() {
 			st := &workers[w]
-			key := w * l.Keys / l.Inflight
+			key := w * len(reqs) / l.Inflight
 			for i := w; !stop.Load(); i++ {
 				t0 := time.Now()
 				resp, err := clients[i%len(clients)].GetRateLimits(ctx, reqs[key])
@@ -81,7 +88,7 @@ func (l Load) Run() (Result, error) {
 					errs <- err
 					return
 				}
-				if key++; key == l.Keys {
+				if key++; key == len(reqs) {
 					key = 0
 				}
 				if !measuring.Load() {
@@ -89,14 +96,17 @@ func (l Load) Run() (Result, error) {
 				}
 				st.rtt = append(st.rtt, time.Since(t0))
 				r := resp.GetResponses()
-				switch {
-				case len(r) != 1 || r[0].GetError() != "":
-					st.errors++
-				case r[0].GetStatus() == guber.Status_UNDER_LIMIT:
-					st.under++
-					st.decisions++
-				default:
-					st.decisions++
+				st.errors += uint64(max(l.Batch-len(r), 0))
+				for _, a := range r {
+					switch {
+					case a.GetError() != "":
+						st.errors++
+					case a.GetStatus() == guber.Status_UNDER_LIMIT:
+						st.under++
+						st.decisions++
+					default:
+						st.decisions++
+					}
 				}
 			}
 		})

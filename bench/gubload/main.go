@@ -9,8 +9,8 @@
 //	gubload accuracy -addrs A,B,C [-behavior ...]
 //	gubload ready -addrs A,B,C [-peers 3]
 //
-// run keeps -inflight calls in flight over -keys keys for -duration and
-// prints
+// run keeps -inflight calls in flight, each asking about -batch keys
+// (one by default), over -keys keys for -duration and prints
 //
 //	run LABEL rate=<decisions/s> under=<fraction UNDER_LIMIT> p50_us=.. p99_us=.. cpu_ns=.. load_cpu_ns=.. errors=..
 //
@@ -71,6 +71,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	keys := fs.Int("keys", 10000, "run: distinct keys, taken in turn")
 	inflight := fs.Int("inflight", 64, "run: calls in flight")
 	conns := fs.Int("conns", 1, "run: gRPC connections (clients) per address")
+	batch := fs.Int("batch", 1, "run: rate limits asked per call, of consecutive keys")
 	warmup := fs.Duration("warmup", time.Second, "run: load before measuring")
 	dur := fs.Duration("duration", 5*time.Second, "measured time (run), or offered time (accuracy)")
 	pids := fs.String("pids", "", "run: comma-separated process ids of the servers whose CPU time is measured")
@@ -111,7 +112,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		res, err := Load{common: c, Keys: *keys, Inflight: *inflight, Conns: *conns,
+		res, err := Load{common: c, Keys: *keys, Batch: *batch, Inflight: *inflight, Conns: *conns,
 			Warmup: *warmup, Duration: *dur, Pids: serverPids}.Run()
 		if err != nil {
 			return err
@@ -160,18 +161,23 @@ func (l Limit) Capacity() int64 {
 	return l.Burst
 }
 
-// request is one call's request: one hit on key under c's limit.
-func (c common) request(name, key string) *guber.GetRateLimitsReq {
-	return &guber.GetRateLimitsReq{Requests: []*guber.RateLimitReq{{
-		Name:      name,
-		UniqueKey: key,
-		Hits:      1,
-		Limit:     c.limit.Hits,
-		Duration:  c.limit.Period.Milliseconds(),
-		Burst:     c.limit.Burst,
-		Algorithm: guber.Algorithm_LEAKY_BUCKET,
-		Behavior:  c.behavior,
-	}}}
+// request is one call's request: one hit on each of keys under c's
+// limit.
+func (c common) request(name string, keys ...string) *guber.GetRateLimitsReq {
+	req := &guber.GetRateLimitsReq{Requests: make([]*guber.RateLimitReq, len(keys))}
+	for i, k := range keys {
+		req.Requests[i] = &guber.RateLimitReq{
+			Name:      name,
+			UniqueKey: k,
+			Hits:      1,
+			Limit:     c.limit.Hits,
+			Duration:  c.limit.Period.Milliseconds(),
+			Burst:     c.limit.Burst,
+			Algorithm: guber.Algorithm_LEAKY_BUCKET,
+			Behavior:  c.behavior,
+		}
+	}
+	return req
 }
 
 // dial returns n clients of each address, in the order of c.addrs
