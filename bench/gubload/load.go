@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,6 +37,7 @@ type Result struct {
 	Decisions uint64 // rate limits answered without error
 	Under     uint64 // of them UNDER_LIMIT
 	Errors    uint64 // rate limits answered with an error, or not answered
+	FirstErr  string // the first such error, for the record
 	Elapsed   time.Duration
 	P50, P99  time.Duration // of one call
 	ServerCPU time.Duration // used by the processes of Pids together
@@ -47,6 +49,7 @@ func (r Result) Rate() float64 { return float64(r.Decisions) / r.Elapsed.Seconds
 
 type worker struct {
 	decisions, under, errors uint64
+	firstErr                 string
 	rtt                      []time.Duration
 }
 
@@ -100,7 +103,9 @@ func (l Load) Run() (Result, error) {
 				for _, a := range r {
 					switch {
 					case a.GetError() != "":
-						st.errors++
+						if st.errors++; st.firstErr == "" {
+							st.firstErr = a.GetError()
+						}
 					case a.GetStatus() == guber.Status_UNDER_LIMIT:
 						st.under++
 						st.decisions++
@@ -152,6 +157,7 @@ func (l Load) Run() (Result, error) {
 		res.Decisions += workers[i].decisions
 		res.Under += workers[i].under
 		res.Errors += workers[i].errors
+		res.FirstErr = cmp.Or(res.FirstErr, workers[i].firstErr)
 		rtt = append(rtt, workers[i].rtt...)
 	}
 	res.P50, res.P99 = quantile(rtt, 0.5), quantile(rtt, 0.99)

@@ -120,6 +120,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "run %s rate=%.0f under=%.4f p50_us=%.1f p99_us=%.1f cpu_ns=%.0f load_cpu_ns=%.0f errors=%d\n",
 			c.label, res.Rate(), float64(res.Under)/float64(max(res.Decisions, 1)),
 			us(res.P50), us(res.P99), perDecision(res.ServerCPU, res.Decisions), perDecision(res.LoadCPU, res.Decisions), res.Errors)
+		if res.Errors > 0 {
+			fmt.Fprintf(stderr, "gubload: %s: %d rate limits answered with an error, the first: %s\n", c.label, res.Errors, res.FirstErr)
+		}
 	case "accuracy":
 		res, err := Accuracy{common: c, Over: *over, Duration: *dur}.Run()
 		if err != nil {
