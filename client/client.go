@@ -81,6 +81,11 @@ type Config struct {
 	// consecutive failure up to MaxBackoff. 0 means DefaultMinBackoff
 	// (10 ms) and DefaultMaxBackoff (5 s).
 	MinBackoff, MaxBackoff time.Duration
+	// HTTP is the daemon's HTTP decision endpoint (its http.listen):
+	// "host:port", or "unix:/path". AllowLimit asks there, the one way to
+	// state a limit per query; "" leaves AllowLimit to the fail mode
+	// (ErrNoHTTP). Timeout, FailMode and the backoff apply as to Allow.
+	HTTP string
 	// NoShare asks every query over the socket even when the daemon
 	// shares its table. By default a Client on a Unix socket decides in
 	// process from the shared table when the daemon offers it (see
@@ -89,9 +94,9 @@ type Config struct {
 }
 
 // Stats is a snapshot of a Client's counters, all since New. Every Allow
-// call that sent a query counts once in OK, NO, Timeouts, Errors or
-// Canceled; every answer Allow made without the daemon counts once in
-// FailOpen or FailClosed.
+// or AllowLimit call that sent a query counts once in OK, NO, Timeouts,
+// Errors, Canceled or BadLimits; every answer made without the daemon
+// counts once in FailOpen or FailClosed.
 type Stats struct {
 	OK, NO     uint64 // answers from the daemon, or from its table in process
 	Timeouts   uint64 // queries unanswered within Timeout (including those queued behind one)
@@ -99,6 +104,7 @@ type Stats struct {
 	Canceled   uint64 // queries whose context ended before the answer
 	BackedOff  uint64 // queries answered at once, unsent, during a backoff or after Close
 	Invalid    uint64 // tags refused by ErrInvalidTag
+	BadLimits  uint64 // stated limits the daemon refused (*LimitError): requests refused
 	FailOpen   uint64 // requests served because the daemon could not answer
 	FailClosed uint64 // requests refused because the daemon could not answer
 	Dials      uint64 // connection attempts
@@ -115,7 +121,7 @@ type Stats struct {
 type counters struct {
 	ok, no, timeouts, errors, canceled, backedOff, invalid atomic.Uint64
 	failOpen, failClosed, dials, reconnects                atomic.Uint64
-	inProcess, attaches, attachErrors                      atomic.Uint64
+	inProcess, attaches, attachErrors, badLimits           atomic.Uint64
 }
 
 // Client asks one dthrottled whether requests should be served. It is safe
@@ -126,6 +132,8 @@ type Client struct {
 	timeout          time.Duration
 	failOK           bool // the answer when the daemon cannot answer
 	health           health
+	http             *httpAsker // nil: no HTTP endpoint (AllowLimit)
+	httpHealth       health     // the HTTP endpoint's backoff
 	slots            []slot
 	next             atomic.Uint32
 	stats            counters
@@ -178,13 +186,19 @@ func New(cfg Config) (*Client, error) {
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		return nil, fmt.Errorf("client: max backoff %v below min backoff %v", cfg.MaxBackoff, cfg.MinBackoff)
 	}
+	asker, err := newHTTPAsker(cfg.HTTP, cfg.Conns)
+	if err != nil {
+		return nil, err
+	}
 	c := &Client{
-		network: cfg.Network,
-		address: cfg.Address,
-		timeout: cfg.Timeout,
-		failOK:  cfg.FailMode == FailOpen,
-		health:  health{min: cfg.MinBackoff, max: cfg.MaxBackoff, hold: cfg.Timeout, now: time.Now},
-		slots:   make([]slot, cfg.Conns),
+		network:    cfg.Network,
+		address:    cfg.Address,
+		timeout:    cfg.Timeout,
+		failOK:     cfg.FailMode == FailOpen,
+		health:     health{min: cfg.MinBackoff, max: cfg.MaxBackoff, hold: cfg.Timeout, now: time.Now},
+		http:       asker,
+		httpHealth: health{min: cfg.MinBackoff, max: cfg.MaxBackoff, hold: cfg.Timeout, now: time.Now},
+		slots:      make([]slot, cfg.Conns),
 	}
 	c.sharing.on = cfg.Network == "unix" && !cfg.NoShare
 	return c, nil
@@ -246,13 +260,13 @@ func (c *Client) ask(ctx context.Context, tag string) (bool, error) {
 	deadline := start.Add(c.timeout)
 	cn, err := c.conn(ctx, deadline)
 	if err != nil {
-		return c.fail(ctx, gen, err)
+		return c.fail(ctx, &c.health, gen, err)
 	}
 	w := getWaiter()
 	w.sent = start
 	if err := cn.send(tag, w); err != nil {
 		putWaiter(w)
-		return c.fail(ctx, gen, err)
+		return c.fail(ctx, &c.health, gen, err)
 	}
 	w.timer.Reset(time.Until(deadline))
 	var r reply
@@ -291,7 +305,7 @@ func (c *Client) ask(ctx context.Context, tag string) (bool, error) {
 	}
 	putWaiter(w)
 	if r.err != nil {
-		return c.fail(ctx, gen, r.err)
+		return c.fail(ctx, &c.health, gen, r.err)
 	}
 	if r.ok {
 		c.stats.ok.Add(1)
@@ -303,8 +317,9 @@ func (c *Client) ask(ctx context.Context, tag string) (bool, error) {
 }
 
 // fail counts a query that got no answer, starts or extends the backoff
-// unless the caller's context ended, and returns the fail mode's answer.
-func (c *Client) fail(ctx context.Context, gen uint64, err error) (bool, error) {
+// h (the socket's or the HTTP endpoint's) unless the caller's context
+// ended, and returns the fail mode's answer.
+func (c *Client) fail(ctx context.Context, h *health, gen uint64, err error) (bool, error) {
 	switch {
 	case errors.Is(err, ErrTimeout) || isTimeout(err) && ctx.Err() == nil:
 		c.stats.timeouts.Add(1)
@@ -319,7 +334,7 @@ func (c *Client) fail(ctx context.Context, gen uint64, err error) (bool, error) 
 	default:
 		c.stats.errors.Add(1)
 	}
-	c.health.fail(gen)
+	h.fail(gen)
 	return c.failed(), err
 }
 
@@ -380,6 +395,7 @@ func (c *Client) Stats() Stats {
 		FailOpen: s.failOpen.Load(), FailClosed: s.failClosed.Load(),
 		Dials: s.dials.Load(), Reconnects: s.reconnects.Load(),
 		InProcess: s.inProcess.Load(), Attaches: s.attaches.Load(), AttachErrors: s.attachErrors.Load(),
+		BadLimits: s.badLimits.Load(),
 	}
 }
 
@@ -400,6 +416,9 @@ func (c *Client) Close() error {
 		s.mu.Unlock()
 	}
 	c.wg.Wait()
+	if c.http != nil {
+		c.http.tr.CloseIdleConnections()
+	}
 	return nil
 }
 

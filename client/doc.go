@@ -58,6 +58,16 @@
 // queries, queries answered during a backoff, fail-open and fail-closed
 // decisions, dials and reconnects.
 //
+// # Stating a limit
+//
+// [Client.AllowLimit] asks under a [Limit] the caller states (so many
+// requests per period, as a leaky bucket or fixed windows) in place of
+// the tag's policy, for quotas an application keeps itself. It asks the
+// daemon's HTTP decision endpoint ([Config.HTTP]), since a line on the
+// socket carries a tag and nothing else; it fails safe as Allow does,
+// with a backoff of its own, but refuses a request whose limit the
+// daemon refuses ([LimitError]).
+//
 // # HTTP
 //
 // [Handler] (and [Client.Middleware]) wraps a net/http handler: each

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"time"
 
 	"github.com/dthrottle/dthrottle/client"
 )
@@ -33,5 +34,19 @@ func ExampleClient_Allow() {
 	defer c.Close()
 	if ok, _ := c.Allow(context.Background(), "login:alice"); !ok {
 		fmt.Println("too many logins for alice: try later")
+	}
+}
+
+// Hold an API key to the quota its plan states, a thousand requests a day,
+// asked of the daemon's HTTP decision endpoint.
+func ExampleClient_AllowLimit() {
+	c, err := client.New(client.Config{Address: "/run/dthrottle/dthrottle.sock", HTTP: "127.0.0.1:7072"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	d, _ := c.AllowLimit(context.Background(), "key:k-123", client.Limit{Requests: 1000, Per: 24 * time.Hour})
+	if !d.OK {
+		fmt.Printf("quota spent: %d left, try again in %v\n", d.Remaining, d.RetryAfter)
 	}
 }

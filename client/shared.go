@@ -28,11 +28,13 @@ const (
 	// InProcess: decided in this process from the daemon's shared table
 	// (or an empty tag, served without asking).
 	InProcess
+	// AskedHTTP: the daemon's HTTP decision endpoint answered (AllowLimit).
+	AskedHTTP
 )
 
-// String returns "failed", "asked" or "in process".
+// String returns "failed", "asked", "in process" or "asked over http".
 func (p Path) String() string {
-	return [...]string{"failed", "asked", "in process"}[min(p, InProcess)]
+	return [...]string{"failed", "asked", "in process", "asked over http"}[min(p, AskedHTTP)]
 }
 
 // Decision is Check's answer, with what a decision made in process knows
@@ -41,18 +43,21 @@ func (p Path) String() string {
 type Decision struct {
 	OK   bool
 	Path Path
-	// The bucket, when Path is InProcess and a limit policy decided
-	// (Limit > 0; 0 for an allow or deny policy, and on the other
-	// paths): the policy's burst, the whole tokens left after the query,
-	// on a refusal (or a dry run's would-be refusal) the time until a
-	// token is earned, and the time until the bucket is full again.
+	// The bucket, when Path is InProcess or AskedHTTP and a limit
+	// decided (Limit > 0; 0 for an allow or deny policy, and on the
+	// other paths): the burst (of the limit applied, for AllowLimit), the
+	// whole tokens left after the query, on a refusal (or a dry run's
+	// would-be refusal) the time until a token is earned, and the time
+	// until the bucket is full again. Over HTTP the times are whole
+	// seconds, rounded up, as the answer's header fields give them.
 	Limit      int
 	Remaining  int
 	RetryAfter time.Duration
 	Reset      time.Duration
 
-	bd bucket.Decision
-	m  *inproc.Mapping
+	bd     bucket.Decision
+	m      *inproc.Mapping
+	fields [3]string // AskedHTTP: the answer's RateLimit-Policy, RateLimit and Retry-After
 }
 
 // Policy returns the policy that decided, as the daemon's table states it
@@ -75,10 +80,19 @@ func (d Decision) Policy() (p bucket.Policy, ok bool) {
 //     DThrottle-Dry-Run under a dry-run policy ("served", or "refused"
 //     for what the limit would have refused);
 //   - decided in process by a deny policy: none, as from the endpoint;
+//   - asked over HTTP (AllowLimit): the endpoint's own, as it sent them;
 //   - asked over the socket, or answered by the fail mode: on a refusal
 //     Retry-After: 1 (a bucket refilling at one token per second or
 //     faster has a token again by then).
 func (d Decision) SetHeaders(h http.Header) {
+	if d.Path == AskedHTTP {
+		for i, name := range [...]string{rlheader.FieldPolicy, rlheader.FieldRateLimit, rlheader.FieldRetryAfter} {
+			if d.fields[i] != "" {
+				h[name] = []string{d.fields[i]}
+			}
+		}
+		return
+	}
 	if d.Path != InProcess {
 		if !d.OK {
 			h[rlheader.FieldRetryAfter] = []string{"1"}

@@ -52,6 +52,8 @@ enum {
     H_COUNTERS_OFF = 104,
     H_COUNTED = 112,
     H_GENERATION = 120,
+    H_QUOTA_OFF = 128,
+    H_QUOTA_COUNT = 136,
     H_SIZE = 4096
 };
 
@@ -126,6 +128,8 @@ struct dt_view {
     uint64_t dirty_words;
     uint64_t counters_off;      /* 64 stripes * counted * 32 bytes in the state file */
     uint64_t generation;
+    uint64_t quota_off;         /* quota_count entries of DT_QUOTA_ENTRY bytes in the table file */
+    uint32_t quota_count;       /* 0 for a table without a quota block */
 
     struct dt_view *retired;    /* next retired view, owned by the table */
 };
@@ -186,6 +190,19 @@ DT_HIDDEN void dt_policy_read(const struct dt_pblock *b, int pi, struct dt_polic
 /* dt_seq_holds reports whether policy_seq is still seq: the policy words
  * read since are a consistent set. */
 DT_HIDDEN int dt_seq_holds(const struct dt_view *v, uint32_t seq);
+
+/* ---- The quota block (dthrottle_quota.c). ---- */
+
+/* A record's policy index from DT_QUOTA_BASE on names entry
+ * index - DT_QUOTA_BASE of the quota block: a limit its callers stated. */
+enum { DT_QUOTA_BASE = 0x8000, DT_QUOTA_ENTRY = 32, DT_QUOTA_MAX = 16384 };
+
+/* dt_quota_read reads quota entry k as limit words (action limit, no dry
+ * run) and its window (0 for a leaky bucket): 0, or -1 when the entry is
+ * not one a caller decides under (free, a calendar window, being
+ * written, out of range, or not holding together). */
+DT_HIDDEN int dt_quota_read(const struct dt_view *v, uint32_t k, struct dt_policy_words *p,
+                            int64_t *window);
 
 /* ---- The hash (dthrottle_hash.c). ---- */
 

@@ -205,32 +205,98 @@ static int fixed(const struct dt_view *v, int pi, const struct dt_policy_words *
     return DT_NO;
 }
 
+/* window_start is the start of the window of length w (> 0) holding t:
+ * windows are aligned to multiples of w since the Unix epoch. */
+static int64_t window_start(int64_t t, int64_t w)
+{
+    int64_t m = t % w;
+
+    return m < 0 ? t - m - w : t - m;
+}
+
+/* window_ceil is the start of the first window of length w starting at
+ * or after t. */
+static int64_t window_ceil(int64_t t, int64_t w)
+{
+    int64_t s = window_start(t, w);
+
+    return s < t ? s + w : s;
+}
+
 /* spend decides for record ref under limit policy pi, whose words were
- * read under seq, counting in stripe s (steps 7 to 10). */
+ * read under seq, counting in stripe s (steps 7 to 10); a record the
+ * daemon put under a limit its callers stated is decided under that
+ * limit (spend_under). */
+static int spend_under(const struct dt_view *v, uint32_t seq, uint32_t s, int pi,
+                       uint16_t expect, const struct dt_policy_words *p, int64_t window,
+                       uint32_t ref, const unsigned char *tag, size_t n, int64_t now,
+                       dt_result *res);
+
 static int spend(const struct dt_view *v, uint32_t seq, uint32_t s, int pi,
                  const struct dt_policy_words *p, uint32_t ref, const unsigned char *tag,
                  size_t n, int64_t now, dt_result *res)
 {
+    return spend_under(v, seq, s, pi, (uint16_t)pi, p, 0, ref, tag, n, now, res);
+}
+
+/* stated decides for record ref, whose policy index is rp, under the
+ * stated limit of quota entry rp - DT_QUOTA_BASE, with policy pi's dry
+ * run and counters. */
+static int stated(const struct dt_view *v, uint32_t seq, uint32_t s, int pi,
+                  const struct dt_policy_words *p, uint16_t rp, uint32_t ref,
+                  const unsigned char *tag, size_t n, int64_t now, dt_result *res)
+{
+    struct dt_policy_words q;
+    int64_t window;
+
+    if (dt_quota_read(v, (uint32_t)rp - DT_QUOTA_BASE, &q, &window) != 0) {
+        return DT_ASK;
+    }
+    q.dry_run = p->dry_run;
+    res->limit = q.burst;
+    return spend_under(v, seq, s, pi, rp, &q, window, ref, tag, n, now, res);
+}
+
+/* spend_under is spend for a record whose policy index must be expect,
+ * under limit words p: a window of length window (> 0) stands still at
+ * the window's start, and a bucket under it is full when its tat is not
+ * past that start (docs/design.md, "Limits callers state"). */
+static int spend_under(const struct dt_view *v, uint32_t seq, uint32_t s, int pi,
+                       uint16_t expect, const struct dt_policy_words *p, int64_t window,
+                       uint32_t ref, const unsigned char *tag, size_t n, int64_t now,
+                       dt_result *res)
+{
     unsigned char *r = record(v, ref);
     int64_t *tatp = (int64_t *)(void *)(r + R_TAT);
+    int64_t at = window > 0 ? window_start(now, window) : now;
 
     for (int tries = 0; tries < DT_CAS_TRIES; tries++) {
         int64_t tat0 = __atomic_load_n(tatp, __ATOMIC_ACQUIRE);
         int64_t tat, ahead, next, after;
+        uint16_t rp;
 
         /* 7: the record still holds the tag, under the same policy. */
-        if (tat0 == INT64_MIN || key_is(v, ref, tag, n) != 1 ||
-            ld16(r + R_POLICY, __ATOMIC_RELAXED) != (uint16_t)pi) {
+        if (tat0 == INT64_MIN || key_is(v, ref, tag, n) != 1) {
+            return DT_ASK;
+        }
+        if ((rp = ld16(r + R_POLICY, __ATOMIC_RELAXED)) != expect) {
+            if (tries == 0 && expect == (uint16_t)pi && rp >= DT_QUOTA_BASE) {
+                return stated(v, seq, s, pi, p, rp, ref, tag, n, now, res);
+            }
             return DT_ASK;
         }
         /* 8, the policy read checked consistent (9) before anything is
          * decided from it, refusals included. */
-        tat = tat0 > now ? tat0 : now;
-        if (__builtin_sub_overflow(tat, now, &ahead) || !dt_seq_holds(v, seq)) {
+        tat = tat0 > at ? tat0 : at;
+        if (__builtin_sub_overflow(tat, at, &ahead) || !dt_seq_holds(v, seq)) {
             return DT_ASK;
         }
         if (ahead > p->allow_at) {
             headers(res, p, ahead, 1);
+            if (window > 0) {
+                res->retry_after_ns = window_ceil(tat - p->allow_at, window) - now;
+                res->reset_ns = window_ceil(tat, window) - now;
+            }
             if (__atomic_fetch_add((uint32_t *)(void *)(r + R_REFUSED), 1,
                                    __ATOMIC_ACQ_REL) == 0) {
                 mark_dirty(v, ref);
@@ -258,6 +324,9 @@ static int spend(const struct dt_view *v, uint32_t seq, uint32_t s, int pi,
             }
             count(v, s, pi, C_OK);
             headers(res, p, after, 0);
+            if (window > 0) {
+                res->reset_ns = window_ceil(next, window) - now;
+            }
             return DT_OK;
         }
     }

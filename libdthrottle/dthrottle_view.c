@@ -71,6 +71,14 @@ int dt_view_init(struct dt_view *v, const void *table, size_t table_len,
               state_len)) {
         return EPROTO;
     }
+    /* The quota block: a table without one, or with one that does not
+     * fit, has its stated limits decided by the daemon. */
+    v->quota_off = ld64(h + H_QUOTA_OFF, __ATOMIC_RELAXED);
+    v->quota_count = ld32(h + H_QUOTA_COUNT, __ATOMIC_RELAXED);
+    if (v->quota_count > DT_QUOTA_MAX || (v->quota_off & 7) != 0 ||
+        !fits(v->quota_off, (uint64_t)v->quota_count * DT_QUOTA_ENTRY, table_len)) {
+        v->quota_count = 0;
+    }
     return 0;
 }
 

@@ -29,3 +29,4 @@
 #include "dthrottle_socket.c"
 #include "dthrottle_attach.c"
 #include "dthrottle_headers.c"
+#include "dthrottle_quota.c"

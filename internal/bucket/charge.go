@@ -65,6 +65,10 @@ func (s *shard) charge(now int64, h uint64, key []byte, pi int, n uint32) {
 		}
 	}
 	r := s.arena.rec(ref)
+	if r.policy() >= quotaBase {
+		p = s.policyOf(r) // under a limit a caller stated
+		now = p.at(now)
+	}
 	casPlus(r, func(tat int64) int64 { return p.plus(tat, n, now) })
 	s.unreported(r, ref, n)
 	// Drain caps a record's hits at what its policy could serve: a

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -38,6 +39,7 @@ type conformCase struct {
 	policies []Policy
 	maxTags  int
 	setup    []string // tags the daemon is asked about first, at t0
+	stated   []statedSetup
 	ops      []string // "<seconds after t0> <tag>"
 }
 
@@ -71,6 +73,31 @@ var conformCases = []conformCase{
 			return s
 		}(),
 	},
+	{
+		// Tags under limits their callers stated (quota_shared.go): a
+		// leaky bucket, a window aligned to its length (t0 is 03:04:05,
+		// its minute ends at 55 s), a calendar window (asked), and a
+		// stated limit under a dry run's prefix (served, counted dry).
+		name: "stated", def: Policy{Rate: 100, Burst: 100}, maxTags: 1000,
+		policies: []Policy{{Prefix: "dry:", Rate: 100, Burst: 100, DryRun: true}},
+		setup:    []string{"plain"},
+		stated: []statedSetup{
+			{"leaky", Quota{Algorithm: Leaky, Burst: 3, Rate: 0.05}},
+			{"win", Quota{Algorithm: Window, Burst: 2, Period: time.Minute}},
+			{"cal", Quota{Algorithm: Window, Burst: 5, Calendar: Day}},
+			{"dry:1", Quota{Algorithm: Leaky, Burst: 1, Rate: 1}},
+			{"fast", Quota{Algorithm: Leaky, Burst: 2, Rate: 4}},
+		},
+		ops: []string{"0 leaky", "0 leaky", "0 leaky", "0.5 leaky", "0 win", "0.5 win", "0.9 win",
+			"0 cal", "0 dry:1", "0 dry:1", "0 plain", "0.9 leaky", "0 fast", "0 fast", "0.25 fast", "0.3 fast", "1 fast"},
+	},
+}
+
+// statedSetup is a tag the daemon is asked about under a limit its
+// caller states, at t0.
+type statedSetup struct {
+	tag   string
+	quota Quota
 }
 
 func TestConformance(t *testing.T) {
@@ -118,6 +145,11 @@ func writeCase(t *testing.T, c conformCase) {
 	}
 	for _, tag := range c.setup {
 		tb.Allow(at(0), []byte(tag))
+	}
+	for _, st := range c.stated {
+		if _, err := tb.AllowQuota(at(0), []byte(st.tag), Request{Quota: st.quota, Hits: 1}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	tb.Beat(at(0))
 	base := filepath.Join(confDir, c.name)

@@ -116,8 +116,12 @@ func (s *shard) settle(batch []taken, elapsed int64, dst []Hit, lens []int, keys
 		if t.u == 0 {
 			continue
 		}
+		var q Quota
+		if c := s.quotas.get(s.arena.rec(t.ref).policy()); c != nil {
+			p, q = c, c.quota // served under a limit a caller stated
+		}
 		limit := uint64(p.Burst) + uint64(elapsed/p.perToken) + 1 + uint64(s.charged[t.ref])
-		dst = append(dst, Hit{Count: uint32(min(uint64(t.u), limit, math.MaxUint32))})
+		dst = append(dst, Hit{Count: uint32(min(uint64(t.u), limit, math.MaxUint32)), Quota: q})
 		lens = append(lens, t.n)
 		kept += copy(keys[kept:], key)
 	}

@@ -28,6 +28,9 @@ type Level struct {
 	// that the next call reuses.
 	Key    []byte
 	Tokens float64
+	// Quota is the limit a caller stated for the tag, which the level is
+	// under; the zero Quota (Burst 0) for the tag's policy.
+	Quota Quota
 }
 
 // Shards is how many parts the table is split in: ExportShard takes a
@@ -66,10 +69,11 @@ func (t *Table) exportShard(now time.Time, i int, dst []Level, keys []byte, repo
 		r := s.arena.rec(uint32(e))
 		tat := r.tat()
 		p := s.policyOf(r)
+		pn := p.at(n)
 		if reported {
-			tat = p.without(tat, r.unreported(), n)
+			tat = p.without(tat, r.unreported(), pn)
 		}
-		if tat <= n {
+		if tat <= pn {
 			continue
 		}
 		at := len(keys)
@@ -78,7 +82,7 @@ func (t *Table) exportShard(now time.Time, i int, dst []Level, keys []byte, repo
 			continue // a key a caller overwrote: no tag the table keeps
 		}
 		// The key's length, kept in Key's length until keys stops moving.
-		dst = append(dst, Level{Key: keys[at:], Tokens: p.tokens(tat, n)})
+		dst = append(dst, Level{Key: keys[at:], Tokens: p.tokens(tat, pn), Quota: p.quota})
 	}
 	s.mu.Unlock()
 	off := keyStart
@@ -136,10 +140,21 @@ func (t *Table) Merge(now time.Time, age time.Duration, levels []Level) (lowered
 		if len(lv.Key) == 0 || len(lv.Key) > maxKey || math.IsNaN(lv.Tokens) {
 			continue
 		}
+		var qi int
+		var c *compiled
+		if lv.Quota.Burst != 0 {
+			if lv.Quota.Check() != nil {
+				continue
+			}
+			var err error
+			if qi, c, err = t.quotas.intern(lv.Quota, ns, t.usedQuotas); err != nil {
+				continue
+			}
+		}
 		h := Hash(t.seed, lv.Key)
 		s := &t.shards[h>>t.shift]
 		s.mu.Lock()
-		if s.merge(s.advance(ns), h, lv.Key, lv.Tokens, int64(age)) {
+		if s.merge(s.advance(ns), h, lv.Key, lv.Tokens, int64(age), qi, c) {
 			lowered++
 		}
 		s.mu.Unlock()
@@ -148,15 +163,22 @@ func (t *Table) Merge(now time.Time, age time.Duration, levels []Level) (lowered
 }
 
 // merge lowers key's bucket, key hashing to h, to tokens as of age
-// nanoseconds before now, and reports whether it did.
-func (s *shard) merge(now int64, h uint64, key []byte, tokens float64, age int64) bool {
+// nanoseconds before now, and reports whether it did. A level under a
+// stated limit c, of policy index qi, gives the tag that limit (unless
+// its policy takes none); c is nil for a level under the tag's policy.
+func (s *shard) merge(now int64, h uint64, key []byte, tokens float64, age int64, qi int, c *compiled) bool {
 	pi := match(s.policies, key)
 	p := &s.policies[pi]
 	if p.Action != Limit {
 		return false
 	}
-	tat := p.tatAfter(tokens, now-min(max(age, 0), maxAhead))
-	if tat <= now {
+	if c != nil && p.Quotas != QuotaNone {
+		p, pi = c, qi
+	}
+	then := now - min(max(age, 0), maxAhead)
+	tat := p.tatAfter(tokens, p.at(then))
+	at := p.at(now)
+	if tat <= at {
 		return false // full again by now
 	}
 	pos, ref := s.index.lookup(&s.arena, h, key)
@@ -166,7 +188,14 @@ func (s *shard) merge(now int64, h uint64, key []byte, tokens float64, age int64
 		}
 	}
 	r := s.arena.rec(ref)
-	tat = p.plus(tat, r.unreported(), now)
+	if was := r.policy(); was != pi {
+		if c == nil {
+			return false // the tag is under a stated limit here: nothing to compare
+		}
+		// The level's limit applies from now on, as a query stating it.
+		p.takeOver(r, s.compiledAt(was), pi, now)
+	}
+	tat = p.plus(tat, r.unreported(), at)
 	for {
 		was := r.tat()
 		if tat <= was {

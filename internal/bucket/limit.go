@@ -78,6 +78,9 @@ type Request struct {
 	// Hits is the tokens the query takes; 0 reads the bucket, spending
 	// and counting nothing.
 	Hits int
+	// Need is, for a read (Hits 0), the tokens the verdict's Allowed and
+	// Wait ask about: 1 when below 1.
+	Need int
 	// Reset refills the bucket before deciding (Gubernator's
 	// RESET_REMAINING).
 	Reset bool
@@ -136,6 +139,9 @@ func (l Quota) Check() error {
 		}
 		if l.Calendar == None && (l.Period < MinQuotaPeriod || l.Period > MaxQuotaPeriod) {
 			return &LimitError{"period", l.Period.String(), fmt.Sprintf("from %v to %v", MinQuotaPeriod, MaxQuotaPeriod)}
+		}
+		if int64(l.Burst) > int64(l.window()) {
+			return &LimitError{"burst", fmt.Sprint(l.Burst), fmt.Sprintf("at most one a nanosecond of the window (%d)", int64(l.window()))}
 		}
 	default:
 		return &LimitError{"algorithm", fmt.Sprint(uint8(l.Algorithm)), "0 (leaky) or 1 (window)"}

@@ -84,6 +84,8 @@ type compiled struct {
 	perToken int64         // nanoseconds to earn one token (1/rate)
 	allowAt  int64         // a query is served while tat-now <= allowAt ((burst-1) tokens)
 	debtAt   int64         // tat-now beyond this (burst tokens) means the bucket is below zero
+	quota    Quota         // the limit stated, for a quota's (quota.go); zero for a policy
+	window   int64         // a window quota's window in nanoseconds (the calendar unit's shortest); 0 for a leaky bucket
 }
 
 // maxAhead bounds how far a bucket's theoretical arrival time may run ahead

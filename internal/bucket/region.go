@@ -34,6 +34,7 @@ type region struct {
 	policyBlocks [2]uint64 // offsets of the two policy blocks
 	policyNext   int       // the block the next policy set is written to
 	indexAreas   [][2][]uint64
+	quotas       []byte // the quota block, in ro (quota_shared.go)
 }
 
 // Layout constants (docs/shared-table.md).
@@ -76,6 +77,8 @@ const (
 	hdrCountersOff    = 104
 	hdrCountedPolicys = 112
 	hdrGeneration     = 120
+	hdrQuotaOff       = 128 // the quota block: MaxQuotas entries of quotaEntrySize bytes (quota_shared.go)
+	hdrQuotaCount     = 136
 
 	// Table states.
 	stateLive    = 1
@@ -108,6 +111,8 @@ func newRegion(shared bool, shards, maxTags, maxKey int, seed uint64) (*region, 
 	roSize := uint64(headerSize + maxShards*shardEntrySize)
 	r.policyBlocks = [2]uint64{roSize, roSize + policyBlockMax}
 	roSize += 2 * policyBlockMax
+	quotaOff := roSize
+	roSize += MaxQuotas * quotaEntrySize
 	indexOff := make([][2]uint64, shards)
 	slotsPer := make([]int, shards)
 	for i := range shards {
@@ -170,6 +175,9 @@ func newRegion(shared bool, shards, maxTags, maxKey int, seed uint64) (*region, 
 	le.PutUint64(h[hdrCountersOff:], countersOff)
 	le.PutUint32(h[hdrCountedPolicys:], countedPolicies)
 	le.PutUint64(h[hdrGeneration:], randomUint64())
+	le.PutUint64(h[hdrQuotaOff:], quotaOff)
+	le.PutUint32(h[hdrQuotaCount:], MaxQuotas)
+	r.quotas = r.ro[quotaOff : quotaOff+MaxQuotas*quotaEntrySize]
 	r.setState(stateLive)
 	if shared {
 		// Only now: the daemon's own mapping stays writable, every later

@@ -26,6 +26,7 @@ type shardFields struct {
 	hot      [3]shardCounts // the counts of policies 0 to 2
 	index    index          // 40 bytes
 	policies policySet      // the policies the records' policy indexes refer to
+	quotas   *quotas        // the table's stated limits, which indexes from quotaBase on refer to
 	arena    arena          // its chunks first
 	more     []shardCounts  // the counts of policies 3 and up
 
@@ -67,6 +68,9 @@ func (s *shard) init(id int, reg *region, capacity int, seed uint64, hashSeed ui
 	s.resetCounts(len(set))
 }
 
+// setQuotas gives the shard its table's registry of stated limits.
+func (s *shard) setQuotas(q *quotas) { s.quotas = q }
+
 // count returns the counts of policy pi.
 func (s *shard) count(pi int) *shardCounts {
 	if pi < len(s.hot) {
@@ -96,6 +100,11 @@ func (s *shard) allow(now int64, h uint64, key []byte, pi int) bool {
 		}
 	}
 	r := s.arena.rec(ref)
+	if r.policy() >= quotaBase {
+		// Under a limit a caller stated: it applies to every query.
+		p = s.policyOf(r)
+		now = p.at(now)
+	}
 	for {
 		// Processes deciding in process change tat too, without the lock:
 		// a compare-and-swap keeps their tokens and ours apart.
@@ -103,7 +112,7 @@ func (s *shard) allow(now int64, h uint64, key []byte, pi int) bool {
 		tat := max(tat0, now)
 		if tat-now > p.allowAt {
 			s.refusedRec(ref)
-			if p.DryRun {
+			if s.policies[pi].DryRun {
 				return s.dryRun(pi)
 			}
 			s.count(pi).no++
@@ -150,7 +159,11 @@ func (s *shard) spend(now int64, h uint64, key []byte, hits uint32) {
 			return
 		}
 	}
-	casPlus(s.arena.rec(ref), func(tat int64) int64 { return p.plus(tat, hits, now) })
+	r := s.arena.rec(ref)
+	if p = s.policyOf(r); p.window != 0 {
+		now = p.at(now)
+	}
+	casPlus(r, func(tat int64) int64 { return p.plus(tat, hits, now) })
 }
 
 // reconfigure moves every entry to the policy it matches in set, keeping
@@ -188,13 +201,19 @@ func (s *shard) reconfigure(now int64, set policySet, capacity int) {
 			s.removeEntry(e)
 			continue
 		}
+		op := r.policy()
+		if c := s.quotas.get(op); c != nil && p.Quotas != QuotaNone {
+			continue // keeps the limit its callers stated
+		}
 		was := &old[0]
-		if op := r.policy(); op < len(old) {
+		if op < len(old) {
 			was = &old[op]
+		} else if c := s.quotas.get(op); c != nil {
+			was = c
 		}
 		r.setPolicy(pi)
 		casPlus(r, func(tat int64) int64 {
-			return p.tatFor(min(was.tokens(tat, now), float64(p.Burst)), now)
+			return p.tatFor(min(was.tokens(tat, was.at(now)), float64(p.Burst)), now)
 		})
 	}
 	for s.index.count > s.capacity {
@@ -235,12 +254,16 @@ func (s *shard) insert(now int64, h uint64, pos int, key []byte, policy int) uin
 		}
 		n = -1
 	}
-	ref := s.arena.newRecord(key, now, policy)
+	full := now // a new record's bucket is full: its tat is its instant
+	if policy >= quotaBase {
+		full = s.compiledAt(policy).at(now)
+	}
+	ref := s.arena.newRecord(key, full, policy)
 	for try := 0; ref == 0 && try < 8 && s.index.count > 0; try++ {
 		// The region is full: free a record and take it if it fits.
 		s.evict(now)
 		n = -1
-		ref = s.arena.newRecord(key, now, policy)
+		ref = s.arena.newRecord(key, full, policy)
 	}
 	if ref == 0 {
 		s.noRoom++
@@ -293,7 +316,7 @@ func (s *shard) sweep(now int64) {
 		}
 		seen++
 		r := s.arena.rec(uint32(e))
-		if tat := r.tat(); tat <= now && r.unreported() == 0 && r.refusedCount() == 0 && r.casTat(tat, deadTat) {
+		if tat := r.tat(); tat <= s.policyOf(r).at(now) && r.unreported() == 0 && r.refusedCount() == 0 && r.casTat(tat, deadTat) {
 			// The slot now holds the entry shifted back into it, if any:
 			// look at it next.
 			s.removeAt(s.hand)
@@ -340,8 +363,8 @@ func (s *shard) evict(now int64) {
 		r := s.arena.rec(uint32(e))
 		p := s.policyOf(r)
 		var lack int64 // a caller may have written any tat: no overflow
-		if tat := r.tat(); tat > now {
-			lack = tat - now
+		if tat, at := r.tat(), p.at(now); tat > at {
+			lack = tat - at
 		}
 		debt := lack > p.debtAt
 		harm := float64(lack)/float64(p.perToken) + float64(r.unreported())
@@ -361,8 +384,17 @@ func (s *shard) evict(now int64) {
 // policyOf returns record r's policy. A caller deciding in process may
 // have overwritten the index: one out of range is the default's.
 func (s *shard) policyOf(r record) *compiled {
-	if pi := r.policy(); pi < len(s.policies) {
+	return s.compiledAt(r.policy())
+}
+
+// compiledAt returns the policy or the stated limit of index pi; the
+// default policy for an index that names neither.
+func (s *shard) compiledAt(pi int) *compiled {
+	if pi < len(s.policies) {
 		return &s.policies[pi]
+	}
+	if c := s.quotas.get(pi); c != nil {
+		return c
 	}
 	return &s.policies[0]
 }

@@ -35,11 +35,20 @@ func (t *Table) spendBatch(ns int64, hits []Hit) {
 		order  [spendMax]uint16 // the hits to apply, grouped by shard
 		counts [maxShards + 1]uint16
 		apply  [spendMax]bool
+		qis    [spendMax]uint16 // the policy index of a hit's stated limit; 0 for none
+		qcs    [spendMax]*compiled
 	)
 	n := 0
 	for j, h := range hits {
 		if !spendable(h.Key, h.Count) {
 			continue
+		}
+		if h.Quota.Burst != 0 && h.Quota.Check() == nil {
+			// Interned before any shard's lock is taken (a full registry
+			// looks through the shards for limits in use).
+			if qi, c, err := t.quotas.intern(h.Quota, ns, t.usedQuotas); err == nil {
+				qis[j], qcs[j] = uint16(qi), c
+			}
 		}
 		hs[j] = hashString(t.seed, h.Key)
 		apply[j] = true
@@ -77,6 +86,10 @@ func (t *Table) spendBatch(ns int64, hits []Hit) {
 				t.shards[h>>t.shift].index.prefetch(h)
 			}
 			j := order[k]
+			if qcs[j] != nil {
+				s.spendQuota(at, hs[j], bytesOf(hits[j].Key), hits[j].Count, int(qis[j]), qcs[j])
+				continue
+			}
 			s.spend(at, hs[j], bytesOf(hits[j].Key), hits[j].Count)
 		}
 		s.mu.Unlock()

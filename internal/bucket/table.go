@@ -86,6 +86,9 @@ type Config struct {
 type Hit struct {
 	Key   string
 	Count uint32
+	// Quota is the limit a caller stated for the tag, which the hits
+	// were served under; the zero Quota (Burst 0) for the tag's policy.
+	Quota Quota
 }
 
 // Stats are counters over the table's life.
@@ -135,6 +138,7 @@ type Table struct {
 	maxTagBytes atomic.Int64
 	slots       atomic.Int64 // index slots over all shards: how big the table is
 	reconfig    sync.Mutex   // one Reconfigure at a time
+	quotas      quotas       // the limits callers state (quota.go)
 }
 
 // maxShards is enough to keep lock contention negligible on the machines a
@@ -174,12 +178,14 @@ func New(cfg Config) (*Table, error) {
 		return nil, err
 	}
 	t.reg = reg
+	t.quotas.reg = reg
 	reg.releaseWith(t)
 	t.policies.Store(&set)
 	t.maxTagBytes.Store(int64(cfg.MaxTagBytes))
 	reg.writePolicies(set)
 	for i := range t.shards {
 		t.shards[i].init(i, reg, shardCapacity(cfg.MaxTags, n, i), uint64(i)+1, t.seed, set, &t.slots)
+		t.shards[i].setQuotas(&t.quotas)
 	}
 	return t, nil
 }
@@ -367,6 +373,11 @@ func (t *Table) Peek(now time.Time, key string) (State, error) {
 		return State{Policy: p.Policy, Tokens: float64(p.Burst)}, ErrUnknownTag
 	}
 	r := s.arena.rec(ref)
+	if r.policy() >= quotaBase {
+		c := s.policyOf(r)
+		v := c.stated(p, Verdict{}, n, n)
+		return State{Policy: v.Policy, Tracked: true, Tokens: c.tokens(r.tat(), c.at(n)), Unreported: r.unreported()}, nil
+	}
 	return State{Policy: p.Policy, Tracked: true, Tokens: p.tokens(r.tat(), n), Unreported: r.unreported()}, nil
 }
 

@@ -172,7 +172,11 @@ func (s *shard) refusedFrom(ref, size uint32, rf uint32) {
 		s.untracked += uint64(rf)
 		return
 	}
-	if pi := s.arena.rec(ref).policy(); pi < len(s.policies) && s.policies[pi].Action == Limit {
+	pi := s.arena.rec(ref).policy()
+	if pi >= quotaBase && s.quotas.get(pi) != nil {
+		pi = match(s.policies, key) // under a limit a caller stated: its policy's sketch
+	}
+	if pi < len(s.policies) && s.policies[pi].Action == Limit {
 		s.refused(pi, h, key, uint64(rf))
 	}
 }

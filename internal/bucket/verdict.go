@@ -102,7 +102,17 @@ func (t *Table) Check(now time.Time, tag []byte, n int) Verdict {
 	at := max(s.now, now.UnixNano()) // as the next decision will see it; the clock is not moved
 	tat := at
 	if _, ref := s.index.lookup(&s.arena, h, tag); ref != 0 {
-		tat = max(s.arena.rec(ref).tat(), at)
+		r := s.arena.rec(ref)
+		if r.policy() >= quotaBase {
+			c := s.policyOf(r)
+			ca := c.at(at)
+			v := c.stated(p, c.level(max(r.tat(), ca), ca, n), ca, at)
+			if !v.Allowed && p.DryRun {
+				v.Allowed, v.WouldRefuse = true, true
+			}
+			return v
+		}
+		tat = max(r.tat(), at)
 	}
 	v := p.level(tat, at, n)
 	if !v.Allowed && p.DryRun {
@@ -210,6 +220,11 @@ func (s *shard) allowN(now int64, h uint64, key []byte, pi int, n int) Verdict {
 		}
 	}
 	r := s.arena.rec(ref)
+	if r.policy() >= quotaBase {
+		// Under a limit a caller stated: it applies to every query.
+		c := s.policyOf(r)
+		return s.allowQuota(now, h, key, pi, r.policy(), c, Request{Quota: c.quota, Hits: n})
+	}
 	cost := int64(n) * p.perToken // n <= burst: at most debtAt, no overflow
 	serveBy := p.debtAt - cost    // served while tat-now <= serveBy
 	var tat int64

@@ -22,7 +22,8 @@ type View struct {
 	shift   uint
 	seed    uint64 // mixSeed of the table's seed
 
-	index atomic.Pointer[policyIndex] // the policy block as last read
+	index  atomic.Pointer[policyIndex] // the policy block as last read
+	quotas []byte                      // the quota block (quota_shared.go); nil in a table without one
 }
 
 // Code is a View's answer.
@@ -80,6 +81,10 @@ func NewView(table, state []byte) (*View, error) {
 	v.records = state[recOff : recOff+recSize]
 	v.dirty = words(state[dirtyOff : dirtyOff+recSize/64])
 	v.counts = words(state[countOff : countOff+uint64(counterStripes*countedPolicies*counterWords*8)])
+	if qOff, qn := le.Uint64(table[hdrQuotaOff:]), uint64(le.Uint32(table[hdrQuotaCount:])); qn > 0 && qOff%8 == 0 &&
+		qOff <= uint64(len(table)) && qn <= (uint64(len(table))-qOff)/quotaEntrySize && qn <= MaxQuotas {
+		v.quotas = table[qOff : qOff+qn*quotaEntrySize]
+	}
 	return v, nil
 }
 
@@ -168,8 +173,15 @@ func (v *View) DecideInto(now int64, tag []byte, out *Decision) Code {
 				return only(out, Ask)
 			}
 		}
-		if tat0 == deadTat || int(le.Uint16(rec[recPolicy:])) != pi {
+		if tat0 == deadTat {
 			return only(out, Ask)
+		}
+		if rp := int(le.Uint16(rec[recPolicy:])); rp != pi {
+			if rp < quotaBase || try > 0 {
+				return only(out, Ask)
+			}
+			// Under a limit its callers stated (quota_shared.go).
+			return v.decideStated(now, rec, tag, tat0, rp-quotaBase, pi, dry, seq, stripe, out)
 		}
 		tat := max(tat0, now)
 		if v.hdr32(hdrPolicySeq) != seq {

@@ -33,17 +33,18 @@ const (
 // tag, such as `reload:"restart"`: [RestartKeys] names them when they
 // change.
 type Config struct {
-	Listen Listen   `toml:"listen"` // where local clients ask
-	Limit  Limit    `toml:"limit"`  // the default policy for every tag
-	Policy []Policy `toml:"policy"` // prefix policies; the longest matching prefix wins
-	Gossip Gossip   `toml:"gossip"` // how reports reach the other peers
-	Relay  Relay    `toml:"relay"`  // relays that sum a segment's reports
-	Admin  Admin    `toml:"admin"`  // the HTTP admin endpoint
-	HTTP   HTTP     `toml:"http"`   // the HTTP decision endpoint
-	SPOE   SPOE     `toml:"spoe"`   // the agent for HAProxy's SPOE
-	RLS    RLS      `toml:"rls"`    // the rate limit service for Envoy
-	Log    Log      `toml:"log"`    // what the daemon logs, and how
-	State  State    `toml:"state"`  // the table kept across restarts
+	Listen     Listen     `toml:"listen"`     // where local clients ask
+	Limit      Limit      `toml:"limit"`      // the default policy for every tag
+	Policy     []Policy   `toml:"policy"`     // prefix policies; the longest matching prefix wins
+	Gossip     Gossip     `toml:"gossip"`     // how reports reach the other peers
+	Relay      Relay      `toml:"relay"`      // relays that sum a segment's reports
+	Admin      Admin      `toml:"admin"`      // the HTTP admin endpoint
+	HTTP       HTTP       `toml:"http"`       // the HTTP decision endpoint
+	SPOE       SPOE       `toml:"spoe"`       // the agent for HAProxy's SPOE
+	RLS        RLS        `toml:"rls"`        // the rate limit service for Envoy
+	Gubernator Gubernator `toml:"gubernator"` // Gubernator's API
+	Log        Log        `toml:"log"`        // what the daemon logs, and how
+	State      State      `toml:"state"`      // the table kept across restarts
 }
 
 // State names the file the table is saved to on a clean stop and read back
@@ -69,24 +70,35 @@ type Listen struct {
 
 // Limit is the default policy, applied to every tag that no [Policy] prefix
 // matches, and the cap on tracked tags. The zero Limit is not valid.
+//
+// The bucket is given by Rate and Burst, or by Limit per Per (a daily
+// quota reads as limit = 1000 with per = "24h"), never both: [Limit.Bucket]
+// says the rate and burst either way.
 type Limit struct {
-	Rate    float64 `toml:"rate"`     // tokens per second
-	Burst   int     `toml:"burst"`    // bucket capacity, tokens
-	MaxTags int     `toml:"max_tags"` // hard cap on tracked tags; past it, the entry closest to full is evicted first
-	DryRun  bool    `toml:"dry_run"`  // serve what the limit refuses, and count it
+	Rate    float64  `toml:"rate"`     // tokens per second; 0 when limit and per give the rate
+	Burst   int      `toml:"burst"`    // bucket capacity, tokens; with limit and per, 0 means limit
+	Limit   int      `toml:"limit"`    // requests per per, in place of rate: the rate is limit/per and the burst, unless set, limit; 0 uses rate
+	Per     Duration `toml:"per"`      // the period limit is counted over, such as "24h" (with limit)
+	Quotas  string   `toml:"quotas"`   // what limits callers may state with a query (the HTTP endpoint's, an Envoy descriptor's): "any"; "lower": a rate or burst above this policy's is lowered to it; "none": refused
+	MaxTags int      `toml:"max_tags"` // hard cap on tracked tags; past it, the entry closest to full is evicted first
+	DryRun  bool     `toml:"dry_run"`  // serve what the limit refuses, and count it
 }
 
 // Policy gives the tags that start with Prefix their own treatment. The zero
 // Policy is not valid (Prefix must be set); an empty Name means the Prefix,
 // and an empty Action means [ActionLimit]. Rate and Burst matter only for
-// ActionLimit.
+// ActionLimit. Like [Limit], a limiting Policy gives Rate and Burst, or
+// Limit per Per.
 type Policy struct {
-	Name   string  `toml:"name"`    // label in logs and metrics; "" means the prefix
-	Prefix string  `toml:"prefix"`  // tags starting with these bytes match
-	Rate   float64 `toml:"rate"`    // tokens per second (action "limit")
-	Burst  int     `toml:"burst"`   // bucket capacity, tokens (action "limit")
-	Action string  `toml:"action"`  // "limit" (a bucket), "allow" (always OK) or "deny" (always NO), the last two keeping no state; "" means "limit"
-	DryRun bool    `toml:"dry_run"` // serve what the limit refuses, and count it (action "limit")
+	Name   string   `toml:"name"`    // label in logs and metrics; "" means the prefix
+	Prefix string   `toml:"prefix"`  // tags starting with these bytes match
+	Rate   float64  `toml:"rate"`    // tokens per second (action "limit"); 0 when limit and per give the rate
+	Burst  int      `toml:"burst"`   // bucket capacity, tokens (action "limit"); with limit and per, 0 means limit
+	Limit  int      `toml:"limit"`   // requests per per, in place of rate (action "limit")
+	Per    Duration `toml:"per"`     // the period limit is counted over, such as "24h" (with limit)
+	Quotas string   `toml:"quotas"`  // what limits callers may state for the policy's tags: "any", "lower" or "none", as limit.quotas; "" means "any"
+	Action string   `toml:"action"`  // "limit" (a bucket), "allow" (always OK) or "deny" (always NO), the last two keeping no state; "" means "limit"
+	DryRun bool     `toml:"dry_run"` // serve what the limit refuses, and count it (action "limit")
 	// Partition is what the policy holds while the cluster is split:
 	// "whole" (each part the whole rate), "share" (each part its nodes'
 	// share of it), or "" for gossip.partition.
@@ -234,9 +246,12 @@ func Default() Config {
 			ShareTable:  true,              // processes on the Unix socket may decide in process
 		},
 		Limit: Limit{
-			Rate:    1.0,     // one request per second per tag, long run
-			Burst:   10,      // ten at once after a quiet spell
-			MaxTags: 1000000, // a million tracked tags
+			Rate:    1.0,        // one request per second per tag, long run
+			Burst:   10,         // ten at once after a quiet spell
+			Limit:   0,          // the rate is given as rate, not as limit per period
+			Per:     Duration{}, // (with limit only)
+			Quotas:  QuotasAny,  // callers may state any limit for a query
+			MaxTags: 1000000,    // a million tracked tags
 		},
 		Policy: nil, // every tag gets Limit
 		Gossip: Gossip{
@@ -280,6 +295,12 @@ func Default() Config {
 			MaxRequests: 1024,               // a loaded Envoy has a few in flight; each held costs some 4 KiB
 			Unmatched:   UnmatchedLimit,     // under [limit], as every tag
 			ChargeKey:   "dthrottle_charge", // the entry key that makes a descriptor a charge
+		},
+		Gubernator: Gubernator{
+			GRPC:        "",   // no gRPC service
+			HTTP:        "",   // no HTTP gateway
+			MaxConns:    1024, // clients keep a connection or a few each
+			MaxRequests: 1024, // each held costs its message, at most 1 MiB
 		},
 		Log: Log{
 			Format: "text", // key=value lines

@@ -29,14 +29,15 @@ func TestDefaultValidates(t *testing.T) {
 
 func TestDefaultValues(t *testing.T) {
 	want := Config{
-		Listen: Listen{Unix: DefaultUnixPath(), UnixMode: "0660", MaxConns: 10000, ShareTable: true, MaxTagBytes: 256},
-		Limit:  Limit{Rate: 1, Burst: 10, MaxTags: 1000000},
-		Gossip: Gossip{Interval: Duration{time.Second}, TTL: 1, Bind: ":7777", MaxPacket: 1400, WarmStart: true, MaxPeers: 1000, Partition: "whole", ForgetAfter: Duration{time.Minute}},
-		Relay:  Relay{Mode: "off", Hold: 0.5, Bind: ":7778"},
-		HTTP:   HTTP{MaxConns: 1024, RefuseStatus: 403},
-		SPOE:   SPOE{MaxConns: 1024},
-		RLS:    RLS{MaxConns: 1024, MaxRequests: 1024, Unmatched: "limit", ChargeKey: "dthrottle_charge"},
-		Log:    Log{Format: "text", Level: "info"},
+		Listen:     Listen{Unix: DefaultUnixPath(), UnixMode: "0660", MaxConns: 10000, ShareTable: true, MaxTagBytes: 256},
+		Limit:      Limit{Rate: 1, Burst: 10, Quotas: "any", MaxTags: 1000000},
+		Gossip:     Gossip{Interval: Duration{time.Second}, TTL: 1, Bind: ":7777", MaxPacket: 1400, WarmStart: true, MaxPeers: 1000, Partition: "whole", ForgetAfter: Duration{time.Minute}},
+		Relay:      Relay{Mode: "off", Hold: 0.5, Bind: ":7778"},
+		HTTP:       HTTP{MaxConns: 1024, RefuseStatus: 403},
+		SPOE:       SPOE{MaxConns: 1024},
+		RLS:        RLS{MaxConns: 1024, MaxRequests: 1024, Unmatched: "limit", ChargeKey: "dthrottle_charge"},
+		Gubernator: Gubernator{MaxConns: 1024, MaxRequests: 1024},
+		Log:        Log{Format: "text", Level: "info"},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() =\n%+v\nwant\n%+v", got, want)
@@ -71,23 +72,25 @@ func TestShippedExample(t *testing.T) {
 	}
 	want := Config{
 		Listen: Listen{Unix: "/run/dthrottle/dthrottle.sock", UnixMode: "0660", MaxConns: 10000, ShareTable: true, MaxTagBytes: 256},
-		Limit:  Limit{Rate: 1, Burst: 10, MaxTags: 1000000},
+		Limit:  Limit{Rate: 1, Burst: 10, Quotas: "any", MaxTags: 1000000},
 		Policy: []Policy{
-			{Name: "login", Prefix: "login:", Rate: 0.2, Burst: 5, Action: ActionLimit},
-			{Name: "healthcheck", Prefix: "health:", Action: ActionAllow},
+			{Name: "login", Prefix: "login:", Rate: 0.2, Burst: 5, Quotas: "any", Action: ActionLimit},
+			{Name: "api", Prefix: "key:", Limit: 1000, Per: Duration{24 * time.Hour}, Quotas: "lower", Action: ActionLimit},
+			{Name: "healthcheck", Prefix: "health:", Quotas: "any", Action: ActionAllow},
 		},
 		Gossip: Gossip{
 			Interval: Duration{time.Second}, Group: "239.255.77.77:7777", TTL: 1,
 			Peers: []string{}, Bind: ":7777", MaxPacket: 1400, WarmStart: true, MaxPeers: 1000,
 			Partition: "whole", ForgetAfter: Duration{time.Minute},
 		},
-		Relay: Relay{Mode: "off", Hold: 0.5, Peers: []string{}, Bind: ":7778"},
-		Admin: Admin{HTTP: "127.0.0.1:7071"},
-		HTTP:  HTTP{MaxConns: 1024, RefuseStatus: 403},
-		SPOE:  SPOE{MaxConns: 1024},
-		RLS:   RLS{MaxConns: 1024, MaxRequests: 1024, Unmatched: "limit", ChargeKey: "dthrottle_charge"},
-		Log:   Log{Format: "text", Level: "info"},
-		State: State{File: "/var/lib/dthrottle/state"},
+		Relay:      Relay{Mode: "off", Hold: 0.5, Peers: []string{}, Bind: ":7778"},
+		Admin:      Admin{HTTP: "127.0.0.1:7071"},
+		HTTP:       HTTP{MaxConns: 1024, RefuseStatus: 403},
+		SPOE:       SPOE{MaxConns: 1024},
+		RLS:        RLS{MaxConns: 1024, MaxRequests: 1024, Unmatched: "limit", ChargeKey: "dthrottle_charge"},
+		Gubernator: Gubernator{MaxConns: 1024, MaxRequests: 1024},
+		Log:        Log{Format: "text", Level: "info"},
+		State:      State{File: "/var/lib/dthrottle/state"},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("Load(../dthrottle.toml) =\n%+v\nwant\n%+v", c, want)
@@ -106,12 +109,21 @@ func TestShippedExampleComplete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// [limit] gives its rate as rate or as limit with per, never both:
+	// the second way is shown commented out.
+	commented := map[string]bool{"limit.limit": true, "limit.per": true}
 	for _, k := range schema {
-		if !md.IsDefined(k.path...) && k.path[0] != "policy" {
+		last := k.path[len(k.path)-1]
+		switch {
+		case commented[k.name]:
+			if md.IsDefined(k.path...) || !strings.Contains(string(data), "\n# "+last+" = ") {
+				t.Errorf("../../dthrottle.toml does not show %s commented out", k.name)
+			}
+		case !md.IsDefined(k.path...) && k.path[0] != "policy":
 			t.Errorf("../../dthrottle.toml does not set %s", k.name)
 		}
 	}
-	for _, f := range []string{"name", "prefix", "rate", "burst", "action", "dry_run"} {
+	for _, f := range []string{"name", "prefix", "rate", "burst", "limit", "per", "quotas", "action", "dry_run"} {
 		if !strings.Contains(string(data), "\n"+f+" = ") {
 			t.Errorf("../../dthrottle.toml has no example of policy key %s", f)
 		}
@@ -162,7 +174,7 @@ func TestUnknownKeys(t *testing.T) {
 		{"[limit]\nrate = 1\nbrust = 3\n", `config: line 3: unknown key "limit.brust" (did you mean "limit.burst"?)`},
 		{"[listen]\nunix = \"/tmp/x\"\n\n[listn]\ntcp = \":1\"\n", `config: line 4: unknown key "listn" (did you mean "listen"?)`},
 		{"[[policy]]\nprefix = \"a\"\nrate = 1\nburst = 1\n[[policy]]\n# c\nprefix = \"b\"\n  brust = 2\n", `config: line 8: unknown key "policy.brust" (did you mean "policy.burst"?)`},
-		{"[[policy]]\nprefix = \"a\"\nrate = 1\nburst = 1\naction = \"deny\"\nlimit = 3\n", `config: line 6: unknown key "policy.limit"`},
+		{"[[policy]]\nprefix = \"a\"\nrate = 1\nburst = 1\naction = \"deny\"\nlimits = 3\n", `config: line 6: unknown key "policy.limits" (did you mean "policy.limit"?)`},
 		{"rate = 1\n", `config: line 1: unknown key "rate" (did you mean "limit.rate"?)`},
 		{"[limit]\nRATE = 2\n", `config: line 2: unknown key "limit.RATE" (did you mean "limit.rate"?)`},
 		{"limit.brust = 3\n", `config: line 1: unknown key "limit.brust" (did you mean "limit.burst"?)`},
@@ -308,9 +320,9 @@ func TestPolicyDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Policy{
-		{Name: "a:", Prefix: "a:", Rate: 2, Burst: 3, Action: ActionLimit},
-		{Name: "ok:", Prefix: "ok:", Action: ActionAllow},
-		{Name: "bad", Prefix: "bad:", Action: ActionDeny},
+		{Name: "a:", Prefix: "a:", Rate: 2, Burst: 3, Quotas: "any", Action: ActionLimit},
+		{Name: "ok:", Prefix: "ok:", Quotas: "any", Action: ActionAllow},
+		{Name: "bad", Prefix: "bad:", Quotas: "any", Action: ActionDeny},
 	}
 	if !reflect.DeepEqual(c.Policy, want) {
 		t.Errorf("policies = %+v\nwant %+v", c.Policy, want)

@@ -96,6 +96,7 @@ func Parse(data []byte) (Config, error) {
 	if u := md.Undecoded(); len(u) > 0 {
 		return Config{}, &Error{Key: u[0].String(), Msg: fmt.Sprintf("unknown key %q", u[0].String())}
 	}
+	c.statedPer(md)
 	c.fillPolicies()
 	if err := c.Validate(); err != nil {
 		if e, ok := err.(*Error); ok && e.path != nil {
@@ -119,8 +120,8 @@ func decodeError(err error) *Error {
 	return &Error{Msg: err.Error(), Err: err}
 }
 
-// fillPolicies gives every policy its default Name (the Prefix) and Action
-// (limit).
+// fillPolicies gives every policy its default Name (the Prefix), Action
+// (limit) and Quotas (any).
 func (c *Config) fillPolicies() {
 	for i := range c.Policy {
 		p := &c.Policy[i]
@@ -129,6 +130,9 @@ func (c *Config) fillPolicies() {
 		}
 		if p.Action == "" {
 			p.Action = ActionLimit
+		}
+		if p.Quotas == "" {
+			p.Quotas = QuotasAny
 		}
 	}
 }

@@ -262,9 +262,15 @@ func TestRulesAreChecked(t *testing.T) {
 			c := Default()
 			c.Gossip.Group = "239.1.2.3:7777" // relay modes "use" and "serve" need one
 			v := reflect.ValueOf(&c).Elem()
+			perForm := k.path[len(k.path)-1] == "limit" || k.path[len(k.path)-1] == "per"
 			if k.inArray {
 				c.Policy = []Policy{{Prefix: "p:", Rate: 1, Burst: 1}}
+				if perForm { // the rate as limit per period: one a second
+					c.Policy[0] = Policy{Prefix: "p:", Limit: 1, Per: Duration{time.Second}}
+				}
 				v = v.FieldByIndex([]int{fieldIndex(t, "Policy")}).Index(0)
+			} else if perForm {
+				c.Limit.Rate, c.Limit.Burst, c.Limit.Limit, c.Limit.Per = 0, 0, 1, Duration{time.Second}
 			}
 			set(v.FieldByIndex(k.index))
 			err := c.Validate()
@@ -320,7 +326,7 @@ func above(k kind, x float64) float64 {
 	if k == kindFloat {
 		return math.Nextafter(x, math.Inf(1))
 	}
-	return x + 1
+	return math.Max(x+1, math.Nextafter(x, math.Inf(1))) // past 2^53 (a year in nanoseconds) x+1 is x
 }
 
 func setNumber(v reflect.Value, k kind, x float64) {

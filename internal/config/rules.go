@@ -49,6 +49,9 @@ type choice struct {
 // tokensPerSecond is the range of every rate.
 var tokensPerSecond = &span{lo: minRate, hi: maxRate, unit: "(tokens per second)"}
 
+// quotaChoice is what a policy lets callers state for its tags.
+var quotaChoice = &choice{values: []string{QuotasAny, QuotasLower, QuotasNone}, oneOf: true}
+
 // rules holds the rule of every key, by its dotted name ("policy.rate" for
 // the key in every [[policy]]); "policy" is the array of tables itself.
 var rules = map[string]rule{
@@ -64,15 +67,21 @@ var rules = map[string]rule{
 	"listen.max_conns":     {span: &span{lo: 1, hi: maxMaxConns}},
 	"listen.max_tag_bytes": {span: &span{lo: minMaxTagBytes, hi: maxMaxTagBytes}},
 
-	"limit.rate":     {span: tokensPerSecond},
-	"limit.burst":    {span: &span{lo: 1, hi: maxBurst}},
+	"limit.rate":     {span: tokensPerSecond, text: "or leave it out and set limit with per"},
+	"limit.burst":    {span: &span{lo: 1, hi: maxBurst}, text: "refilling within 73 years at the rate; with limit and per, unset means limit"},
+	"limit.limit":    {span: &span{lo: 1, hi: maxBurst, unit: "(requests per per)"}, text: "with per, in place of rate", dflt: "none: rate is used"},
+	"limit.per":      {span: &span{lo: float64(minPer), hi: float64(maxPer)}, text: "with limit", dflt: "none: rate is used"},
+	"limit.quotas":   {choice: quotaChoice},
 	"limit.max_tags": {span: &span{lo: 1, hi: maxMaxTags}},
 
 	"policy":        {text: fmt.Sprintf("at most %d policies", limits.MaxPolicies)},
 	"policy.name":   {text: "unique among the policies", dflt: "the prefix"},
 	"policy.prefix": {text: "not empty, no newline, unique among the policies", dflt: "none: required"},
-	"policy.rate":   {span: tokensPerSecond, text: `with action "limit"; unused otherwise`, dflt: `none: required for "limit"`},
-	"policy.burst":  {span: &span{lo: 1, hi: maxBurst}, text: `with action "limit"; unused otherwise`, dflt: `none: required for "limit"`},
+	"policy.rate":   {span: tokensPerSecond, text: `with action "limit", or limit with per in its place; unused otherwise`, dflt: `none: rate, or limit with per, required for "limit"`},
+	"policy.burst":  {span: &span{lo: 1, hi: maxBurst}, text: `with action "limit", refilling within 73 years at the rate; unused otherwise`, dflt: `none: required with rate; limit with limit and per`},
+	"policy.limit":  {span: &span{lo: 1, hi: maxBurst, unit: "(requests per per)"}, text: `with per, in place of rate (action "limit")`, dflt: "none: rate is used"},
+	"policy.per":    {span: &span{lo: float64(minPer), hi: float64(maxPer)}, text: "with limit", dflt: "none: rate is used"},
+	"policy.quotas": {choice: quotaChoice, dflt: `"any"`},
 	"policy.action": {choice: &choice{values: []string{ActionLimit, ActionAllow, ActionDeny}, oneOf: true}, dflt: `"limit"`},
 	"policy.partition": {choice: &choice{values: []string{"", PartitionWhole, PartitionShare}, oneOf: true},
 		text: `"" takes gossip.partition`, dflt: `""`},
@@ -112,6 +121,11 @@ var rules = map[string]rule{
 	"rls.charge_key": {text: fmt.Sprintf("at most %d bytes", maxRLSChargeKey)},
 	// The requests in progress on all connections together.
 	"rls.max_requests": {span: &span{lo: 1, hi: maxRLSRequests}},
+
+	"gubernator.grpc":         {text: `"host:port"; another address than every other listener's (listen.tcp, listen.charge_tcp, admin.http, http.listen, spoe.listen, rls.listen) and than gubernator.http`},
+	"gubernator.http":         {text: `"host:port"; another address than every other listener's (listen.tcp, listen.charge_tcp, admin.http, http.listen, spoe.listen, rls.listen) and than gubernator.grpc`},
+	"gubernator.max_conns":    {span: &span{lo: 1, hi: maxGubernatorConns}},
+	"gubernator.max_requests": {span: &span{lo: 1, hi: maxGubernatorRequests}},
 
 	"log.format": {choice: &choice{values: []string{"text", "json"}}},
 	"log.level":  {choice: &choice{values: []string{"debug", "info", "warn", "error"}, oneOf: true}},

@@ -51,7 +51,7 @@ var _ [limits.MaxPacket - maxMaxPacket]struct{}
 // not modify c and does no I/O: it does not resolve names or check that
 // files exist.
 func (c *Config) Validate() error {
-	for _, check := range []func() *Error{c.validateListen, c.validateLimit, c.validatePolicies, c.validateGossip, c.validateRelay, c.validateAdmin, c.validateHTTP, c.validateSPOE, c.validateCharge, c.validateRLS, c.validateLog, c.validateState, c.validatePaths} {
+	for _, check := range []func() *Error{c.validateListen, c.validateLimit, c.validatePolicies, c.validateGossip, c.validateRelay, c.validateAdmin, c.validateHTTP, c.validateSPOE, c.validateCharge, c.validateRLS, c.validateGubernator, c.validateLog, c.validateState, c.validatePaths} {
 		if e := check(); e != nil {
 			return e
 		}
@@ -85,10 +85,12 @@ func (c *Config) validateListen() *Error {
 }
 
 func (c *Config) validateLimit() *Error {
-	if e := floatRange(key("limit", "rate"), c.Limit.Rate); e != nil {
+	l := &c.Limit
+	at := func(field string) keyRef { return key("limit", field) }
+	if e := checkBucket(at, l.Rate, l.Burst, l.Limit, l.Per.Duration); e != nil {
 		return e
 	}
-	if e := intRange(key("limit", "burst"), c.Limit.Burst); e != nil {
+	if e := oneOf(at("quotas"), l.Quotas, quote(l.Quotas)); e != nil {
 		return e
 	}
 	return intRange(key("limit", "max_tags"), c.Limit.MaxTags)
@@ -133,11 +135,13 @@ func (c *Config) validatePolicies() *Error {
 		default:
 			return oneOf(at("action"), p.Action, quote(p.Action))
 		}
-		if e := floatRange(at("rate"), p.Rate); e != nil {
+		if e := checkBucket(at, p.Rate, p.Burst, p.Limit, p.Per.Duration); e != nil {
 			return e
 		}
-		if e := intRange(at("burst"), p.Burst); e != nil {
-			return e
+		if p.Quotas != "" {
+			if e := oneOf(at("quotas"), p.Quotas, quote(p.Quotas)); e != nil {
+				return e
+			}
 		}
 	}
 	return nil

@@ -192,7 +192,7 @@ func TestValidateTooManyPolicies(t *testing.T) {
 		c.Policy = append(c.Policy, Policy{Prefix: "p" + strconv.Itoa(i) + ":", Rate: 1, Burst: 1})
 	}
 	err := c.Validate()
-	if err == nil || !strings.Contains(err.Error(), "must be at most 65534") {
+	if err == nil || !strings.Contains(err.Error(), "must be at most 32766") {
 		t.Fatalf("validating %d policies: %v", len(c.Policy), err)
 	}
 	c.Policy = c.Policy[:limits.MaxPolicies]

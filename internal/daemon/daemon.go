@@ -182,8 +182,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	} else {
 		d.top.Start()
 	}
-	d.log.Info("started", "version", d.version, "config", describe(d.path), "rate", cfg.Limit.Rate,
-		"burst", cfg.Limit.Burst, "policies", len(cfg.Policy), "max_tags", cfg.Limit.MaxTags)
+	rate, burst := cfg.Limit.Bucket()
+	d.log.Info("started", "version", d.version, "config", describe(d.path), "rate", rate,
+		"burst", burst, "policies", len(cfg.Policy), "max_tags", cfg.Limit.MaxTags)
 	d.event(Event{Kind: Started})
 	d.notify.Ready()
 	var watchdog <-chan time.Time
@@ -291,14 +292,16 @@ func (silent) Watchdog()  {}
 
 // tableConfig turns the file's limits into the table's.
 func tableConfig(cfg config.Config) bucket.Config {
+	rate, burst := cfg.Limit.Bucket()
 	tc := bucket.Config{
-		Default:     bucket.Policy{Name: "default", Rate: cfg.Limit.Rate, Burst: cfg.Limit.Burst, DryRun: cfg.Limit.DryRun},
+		Default:     bucket.Policy{Name: "default", Rate: rate, Burst: burst, DryRun: cfg.Limit.DryRun, Quotas: quotaRule(cfg.Limit.Quotas)},
 		MaxTags:     cfg.Limit.MaxTags,
 		MaxTagBytes: cfg.Listen.MaxTagBytes,
 		Shared:      cfg.Listen.ShareTable,
 	}
 	for _, p := range cfg.Policy {
-		bp := bucket.Policy{Name: p.Name, Prefix: p.Prefix, Rate: p.Rate, Burst: p.Burst, DryRun: p.DryRun}
+		rate, burst := p.Bucket()
+		bp := bucket.Policy{Name: p.Name, Prefix: p.Prefix, Rate: rate, Burst: burst, DryRun: p.DryRun, Quotas: quotaRule(p.Quotas)}
 		switch p.Action {
 		case config.ActionAllow:
 			bp.Action = bucket.Allow
@@ -308,6 +311,18 @@ func tableConfig(cfg config.Config) bucket.Config {
 		tc.Policies = append(tc.Policies, bp)
 	}
 	return tc
+}
+
+// quotaRule is the table's name for a policy's quotas key: what limits
+// callers may state for its tags ("" is "any").
+func quotaRule(s string) bucket.QuotaRule {
+	switch s {
+	case config.QuotasLower:
+		return bucket.QuotaLower
+	case config.QuotasNone:
+		return bucket.QuotaNone
+	}
+	return bucket.QuotaAny
 }
 
 // warnFewFiles warns when the open-file limit cannot hold max_conns

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/bucket"
 	"github.com/dthrottle/dthrottle/internal/config"
 	"github.com/dthrottle/dthrottle/internal/gossip/transport"
 	"github.com/dthrottle/dthrottle/internal/gossip/wire"
@@ -274,6 +275,30 @@ func TestTableConfig(t *testing.T) {
 		if got := tc.Policies[i].Action.String(); got != want {
 			t.Errorf("policy %d action %s, want %s", i, got, want)
 		}
+	}
+}
+
+// TestTableConfigPer: a limit per period and the quotas key reach the
+// table as its rate, burst and Quotas.
+func TestTableConfigPer(t *testing.T) {
+	cfg, err := config.Parse([]byte("[limit]\nlimit = 3600\nper = \"1h\"\nquotas = \"none\"\n" +
+		"[[policy]]\nprefix = \"k:\"\nlimit = 10\nper = \"10s\"\nburst = 4\nquotas = \"lower\"\n" +
+		"[[policy]]\nprefix = \"r:\"\nrate = 2\nburst = 2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := tableConfig(cfg)
+	if d := tc.Default; d.Rate != 1 || d.Burst != 3600 || d.Quotas != bucket.QuotaNone {
+		t.Errorf("default: rate %v, burst %d, quotas %v; want 1, 3600, none", d.Rate, d.Burst, d.Quotas)
+	}
+	if p := tc.Policies[0]; p.Rate != 1 || p.Burst != 4 || p.Quotas != bucket.QuotaLower {
+		t.Errorf("k: rate %v, burst %d, quotas %v; want 1, 4, lower", p.Rate, p.Burst, p.Quotas)
+	}
+	if p := tc.Policies[1]; p.Rate != 2 || p.Burst != 2 || p.Quotas != bucket.QuotaAny {
+		t.Errorf("r: rate %v, burst %d, quotas %v; want 2, 2, any", p.Rate, p.Burst, p.Quotas)
+	}
+	if _, err := bucket.New(tc); err != nil {
+		t.Errorf("the table refuses the file's policies: %v", err)
 	}
 }
 

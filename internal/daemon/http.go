@@ -26,7 +26,7 @@ func (d *Daemon) openHTTP(cfg config.Config) (*way, error) {
 		return nil, err
 	}
 	srv := httpapi.New(d.table, httpapi.Config{MaxConns: cfg.HTTP.MaxConns, RefuseStatus: cfg.HTTP.RefuseStatus,
-		Charger: d.table, Clock: d.now, Logger: d.log})
+		Charger: d.table, Limiter: d.table, Clock: d.now, Logger: d.log})
 	w.srv = srv.Server
 	w.reload = func(next config.Config) { srv.SetRefuseStatus(next.HTTP.RefuseStatus) }
 	w.stats = func(s *admin.Snapshot) {

@@ -92,7 +92,8 @@ func (d *Daemon) reload() ([]string, error) {
 	d.mu.Lock()
 	d.cfg = next
 	d.mu.Unlock()
-	d.log.Info("reloaded", "config", d.path, "rate", next.Limit.Rate, "burst", next.Limit.Burst,
+	rate, burst := next.Limit.Bucket()
+	d.log.Info("reloaded", "config", d.path, "rate", rate, "burst", burst,
 		"policies", len(next.Policy), "max_tags", next.Limit.MaxTags, "fingerprint", fmt.Sprintf("%016x", d.table.Fingerprint()))
 	return restart, nil
 }

@@ -25,7 +25,7 @@ func (d *Daemon) openRLS(cfg config.Config) (*way, error) {
 		return nil, err
 	}
 	srv := rls.New(d.table, rls.Config{MaxConns: cfg.RLS.MaxConns, MaxRequests: cfg.RLS.MaxRequests, UnmatchedOK: cfg.RLS.Unmatched == config.UnmatchedOK,
-		ChargeKey: cfg.RLS.ChargeKey, Clock: d.now, Logger: d.log})
+		ChargeKey: cfg.RLS.ChargeKey, Limiter: d.table, Clock: d.now, Logger: d.log})
 	w.srv = srv.Server
 	w.reload = func(next config.Config) {
 		srv.SetOptions(next.RLS.Unmatched == config.UnmatchedOK, next.RLS.ChargeKey)

@@ -81,7 +81,7 @@ func (n *Node) discover(msg wire.Message, p transport.Packet, keyed bool) {
 		return
 	}
 	switch msg.Type {
-	case wire.MsgHits, wire.MsgHeartbeat:
+	case wire.MsgHits, wire.MsgHeartbeat, wire.MsgStatedHits:
 		d.Heard(p.From, p.At)
 	case wire.MsgPeers:
 		for _, a := range msg.Peers {

@@ -208,11 +208,17 @@ func (n *Node) Report(now time.Time) error {
 	// back (hits sent to relays stay the node's own until then).
 	n.warm.Lock()
 	n.hits = n.cfg.Drain(n.hits[:0])
-	viaRelays, relayed, err := n.relay.Send(now, n.hits)
+	plain, stated := splitStated(n.hits)
+	viaRelays, relayed, err := n.relay.Send(now, plain)
 	n.enc.Relayed = relayed
 	if !viaRelays {
 		n.warm.Known(n.hits, true)
 		err = n.broadcast(now, n.hits)
+	} else if len(stated) > 0 {
+		// Relays sum hits per tag, not per limit: hits under limits
+		// callers stated go to every peer directly.
+		n.warm.Known(stated, true)
+		err = n.broadcast(now, stated)
 	}
 	if ferr := n.relay.Forward(now); err == nil {
 		err = ferr
@@ -232,6 +238,19 @@ func (n *Node) Report(now time.Time) error {
 		return fmt.Errorf("gossip: sending report: %w", err)
 	}
 	return nil
+}
+
+// splitStated reorders hits so that those under the tag's policy come
+// first, and returns them and those under limits callers stated.
+func splitStated(hits []Hit) (plain, stated []Hit) {
+	i := 0
+	for j := range hits {
+		if hits[j].Quota.Burst == 0 {
+			hits[i], hits[j] = hits[j], hits[i]
+			i++
+		}
+	}
+	return hits[:i], hits[i:]
 }
 
 // broadcast sends hits to every peer, or a heartbeat when there are none.
@@ -380,7 +399,7 @@ func (n *Node) Receive(p transport.Packet) {
 		n.log.Warn("peer's policies differ from ours: the cluster will not hold one rate",
 			append(attrs, "their_fingerprint", fmt.Sprintf("%016x", msg.Fingerprint), "ours", fmt.Sprintf("%016x", ours))...)
 	}
-	if msg.Type == wire.MsgHits && len(msg.Hits) > 0 {
+	if (msg.Type == wire.MsgHits || msg.Type == wire.MsgStatedHits) && len(msg.Hits) > 0 {
 		n.applyHits(msg.Node, p.At, msg.Hits)
 	}
 	if msg.Type == wire.MsgAggregate {

@@ -7,7 +7,6 @@
 package limits
 
 import (
-	"math"
 	"time"
 )
 
@@ -20,8 +19,9 @@ const (
 	// closed, so no tag is longer, and max_tag_bytes goes no higher.
 	MaxLine = 64 << 10
 	// MaxPolicies is the most prefix policies a table holds: a record
-	// keeps its policy's index, the default's included, in 16 bits.
-	MaxPolicies = math.MaxUint16 - 1
+	// keeps its policy's index, the default's included, in 16 bits, of
+	// which indexes from 1<<15 on name limits callers state.
+	MaxPolicies = 1<<15 - 2
 	// MaxBurst is the largest burst a configuration gives a policy, and
 	// so the most tokens one query may cost: a cost above the burst could
 	// never be served.

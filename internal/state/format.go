@@ -11,13 +11,13 @@
 // limit; otherwise it is ignored, with the reason, and the table starts
 // empty.
 //
-// # Format, version 1
+// # Format, version 2
 //
 // Integers are big-endian.
 //
 //	offset  size  field
 //	0       4     magic "DTST"
-//	4       2     version, 1
+//	4       2     version, 2 (1 is read too)
 //	6       2     flags, 0; reserved
 //	8       8     saved at, wall clock, Unix nanoseconds
 //	16      8     fingerprint of the saver's policies
@@ -28,7 +28,19 @@
 //
 // A record is the tag's key length as a uvarint (1 to 65537), the key's
 // bytes, then the bucket's tokens at the saved instant, an IEEE 754
-// float64 (below the policy's burst; negative is debt).
+// float64 (below the policy's burst; negative is debt), then the limit
+// the bucket is under (version 2; version 1 has none: every record is
+// under its policy):
+//
+//	size  field
+//	1     0: the tag's policy, nothing follows; 1: a leaky bucket its
+//	      callers stated; 2: a window its callers stated
+//	4     burst, or hits per window (kinds 1 and 2)
+//	8     kind 1: rate, tokens a second, float64; kind 2: the window's
+//	      length in nanoseconds, int64
+//	1     kind 2: calendar unit (0 none, 1 minute ... 6 year)
+//
+// A stated limit out of range (bucket.Quota.Check) makes the file corrupt.
 package state
 
 import (
@@ -42,8 +54,9 @@ import (
 	"github.com/dthrottle/dthrottle/internal/bucket"
 )
 
-// Version is the format version Encode writes and Decode accepts.
-const Version = 1
+// Version is the format version Encode writes. Decode accepts it and
+// version 1, whose records carry no limit.
+const Version = 2
 
 const (
 	magic     = "DTST"
@@ -53,6 +66,8 @@ const (
 	// highest max_tag_bytes.
 	maxKeyLen = 65537
 	levelLen  = 8
+	// quotaLen is the most bytes a record's limit takes (kind 2).
+	quotaLen = 1 + 4 + 8 + 1
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -69,7 +84,7 @@ type Header struct {
 // keys are at most maxKey bytes (bucket.MaxKeyBytes), writes: a bound for
 // Limits.MaxBytes.
 func MaxBytes(maxTags, maxKey int) int64 {
-	record := int64(binary.PutUvarint(make([]byte, binary.MaxVarintLen64), uint64(maxKey)) + maxKey + levelLen)
+	record := int64(binary.PutUvarint(make([]byte, binary.MaxVarintLen64), uint64(maxKey)) + maxKey + levelLen + quotaLen)
 	return headerLen + int64(maxTags)*record + crcLen
 }
 
@@ -143,6 +158,7 @@ func (e *Encoder) Add(levels []bucket.Level) {
 		e.buf = binary.AppendUvarint(e.buf, uint64(len(l.Key)))
 		e.buf = append(e.buf, l.Key...)
 		e.buf = binary.BigEndian.AppendUint64(e.buf, math.Float64bits(l.Tokens))
+		e.buf = appendQuota(e.buf, l.Quota)
 		e.tags++
 	}
 }
@@ -184,8 +200,9 @@ func Decode(b []byte, now time.Time, lim Limits, fn func(Header, []bucket.Level)
 	if len(b) < 6 {
 		return h, ignored(ErrTruncated, "%d bytes", len(b))
 	}
-	if v := binary.BigEndian.Uint16(b[4:]); v != Version {
-		return h, ignored(ErrVersion, "version %d, this daemon reads %d", v, Version)
+	v := binary.BigEndian.Uint16(b[4:])
+	if v != Version && v != 1 {
+		return h, ignored(ErrVersion, "version %d, this daemon reads 1 and %d", v, Version)
 	}
 	if len(b) < headerLen+crcLen {
 		return h, ignored(ErrTruncated, "%d bytes", len(b))
@@ -201,7 +218,7 @@ func Decode(b []byte, now time.Time, lim Limits, fn func(Header, []bucket.Level)
 	if crc32.Checksum(b[:end], castagnoli) != binary.BigEndian.Uint32(b[end:]) {
 		return h, ignored(ErrCorrupt, "checksum mismatch")
 	}
-	h.Version = Version
+	h.Version = int(v)
 	h.SavedAt = time.Unix(0, int64(binary.BigEndian.Uint64(b[8:])))
 	h.Fingerprint = binary.BigEndian.Uint64(b[16:])
 	count := binary.BigEndian.Uint64(b[24:])
@@ -216,16 +233,17 @@ func Decode(b []byte, now time.Time, lim Limits, fn func(Header, []bucket.Level)
 		return h, ignored(ErrStale, "saved %s ago, more than %s", age.Round(time.Millisecond), lim.MaxAge)
 	}
 	// Check every record before handing any over.
-	if err := walk(b[headerLen:end], h.Tags, nil, nil); err != nil {
+	if err := walk(b[headerLen:end], h.Tags, v >= 2, nil, nil); err != nil {
 		return h, err
 	}
 	var batch [256]bucket.Level
-	return h, walk(b[headerLen:end], h.Tags, batch[:0], func(ls []bucket.Level) { fn(h, ls) })
+	return h, walk(b[headerLen:end], h.Tags, v >= 2, batch[:0], func(ls []bucket.Level) { fn(h, ls) })
 }
 
 // walk parses the records in body, which must be exactly count of them,
-// handing them to fn in batches when fn is not nil.
-func walk(body []byte, count int, batch []bucket.Level, fn func([]bucket.Level)) error {
+// each with its limit when limits is set, handing them to fn in batches
+// when fn is not nil.
+func walk(body []byte, count int, limits bool, batch []bucket.Level, fn func([]bucket.Level)) error {
 	for i := 0; i < count; i++ {
 		kl, w := binary.Uvarint(body)
 		if w <= 0 || kl == 0 || kl > maxKeyLen || uint64(len(body)-w) < kl+levelLen {
@@ -238,8 +256,15 @@ func walk(body []byte, count int, batch []bucket.Level, fn func([]bucket.Level))
 		if math.IsNaN(tokens) {
 			return ignored(ErrCorrupt, "record %d of %d is not a number", i+1, count)
 		}
+		var q bucket.Quota
+		if limits {
+			var ok bool
+			if q, body, ok = readQuota(body); !ok {
+				return ignored(ErrCorrupt, "record %d of %d has a malformed limit", i+1, count)
+			}
+		}
 		if fn != nil {
-			if batch = append(batch, bucket.Level{Key: key, Tokens: tokens}); len(batch) == cap(batch) {
+			if batch = append(batch, bucket.Level{Key: key, Tokens: tokens, Quota: q}); len(batch) == cap(batch) {
 				fn(batch)
 				batch = batch[:0]
 			}
@@ -252,4 +277,58 @@ func walk(body []byte, count int, batch []bucket.Level, fn func([]bucket.Level))
 		fn(batch)
 	}
 	return nil
+}
+
+// The kinds of a record's limit.
+const (
+	limitPolicy = 0
+	limitLeaky  = 1
+	limitWindow = 2
+)
+
+// appendQuota appends a record's limit: q, or the policy's for the zero
+// Quota.
+func appendQuota(b []byte, q bucket.Quota) []byte {
+	switch {
+	case q.Burst == 0:
+		return append(b, limitPolicy)
+	case q.Algorithm == bucket.Window:
+		b = append(b, limitWindow)
+		b = binary.BigEndian.AppendUint32(b, uint32(q.Burst))
+		b = binary.BigEndian.AppendUint64(b, uint64(q.Period))
+		return append(b, byte(q.Calendar))
+	default:
+		b = append(b, limitLeaky)
+		b = binary.BigEndian.AppendUint32(b, uint32(q.Burst))
+		return binary.BigEndian.AppendUint64(b, math.Float64bits(q.Rate))
+	}
+}
+
+// readQuota reads a record's limit from the front of b, and returns the
+// rest; false when it is malformed or out of range.
+func readQuota(b []byte) (bucket.Quota, []byte, bool) {
+	var q bucket.Quota
+	if len(b) < 1 {
+		return q, b, false
+	}
+	kind, b := b[0], b[1:]
+	switch kind {
+	case limitPolicy:
+		return q, b, true
+	case limitLeaky:
+		if len(b) < 12 {
+			return q, b, false
+		}
+		q = bucket.Quota{Algorithm: bucket.Leaky, Burst: int(binary.BigEndian.Uint32(b)), Rate: math.Float64frombits(binary.BigEndian.Uint64(b[4:]))}
+		b = b[12:]
+	case limitWindow:
+		if len(b) < 13 {
+			return q, b, false
+		}
+		q = bucket.Quota{Algorithm: bucket.Window, Burst: int(binary.BigEndian.Uint32(b)), Period: time.Duration(binary.BigEndian.Uint64(b[4:])), Calendar: bucket.Calendar(b[12])}
+		b = b[13:]
+	default:
+		return q, b, false
+	}
+	return q, b, q.Check() == nil
 }

@@ -18,7 +18,9 @@ func TestMaxBytesBoundsAFullTable(t *testing.T) {
 	}
 	for i := range maxTags {
 		// Longer than max_tag_bytes: kept as a digest key, the longest.
-		tb.Allow(at(0), []byte(strings.Repeat("x", 100)+string(rune('A'+i))))
+		// Under a stated window: the longest limit a record carries.
+		tb.AllowQuota(at(0), []byte(strings.Repeat("x", 100)+string(rune('A'+i))),
+			bucket.Request{Quota: bucket.Quota{Algorithm: bucket.Window, Burst: 4, Calendar: bucket.Day}, Hits: 1})
 	}
 	info, err := Save(filepath.Join(t.TempDir(), "state"), tb, at(0), at(0))
 	if err != nil {

@@ -146,8 +146,8 @@ func TestBadFilesIgnored(t *testing.T) {
 			binary.BigEndian.PutUint64(b[headerLen+1+kl:], 0x7ff8000000000001)
 			return resum(b)
 		}), 1, lim, ErrCorrupt},
-		{"version 2", mod(func(b []byte) []byte { b[5] = 2; return resum(b) }), 1, lim, ErrVersion},
-		{"version 2 unsummed", mod(func(b []byte) []byte { b[5] = 2; return b }), 1, lim, ErrVersion},
+		{"version 3", mod(func(b []byte) []byte { b[5] = 3; return resum(b) }), 1, lim, ErrVersion},
+		{"version 3 unsummed", mod(func(b []byte) []byte { b[5] = 3; return b }), 1, lim, ErrVersion},
 		{"from the future", good, -1, lim, ErrFuture},
 		{"stale", good, 61, lim, ErrStale},
 		{"too many tags", good, 1, Limits{MaxAge: time.Minute, MaxTags: 19, MaxBytes: 1 << 20}, ErrOversized},
@@ -226,5 +226,71 @@ func TestEmptyTableSavesAnEmptyFile(t *testing.T) {
 	}
 	if info, err := Load(path, newTable(t, 10), at(0), at(0), lim); err != nil || info.Tags != 0 {
 		t.Fatalf("%+v, %v", info, err)
+	}
+}
+
+// TestStatedLimitsRoundTrip: a tag under a limit its callers stated
+// comes back under that limit, and a version 1 file (no limits) is
+// still read.
+func TestStatedLimitsRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state")
+	tb := newTable(t, 1000)
+	leaky := bucket.Quota{Algorithm: bucket.Leaky, Burst: 3, Rate: 0.05}
+	window := bucket.Quota{Algorithm: bucket.Window, Burst: 5, Period: time.Hour}
+	for range 3 {
+		tb.AllowQuota(at(0), []byte("api_k1"), bucket.Request{Quota: leaky, Hits: 1})
+	}
+	tb.AllowQuota(at(0), []byte("api_k2"), bucket.Request{Quota: window, Hits: 2})
+	tb.Allow(at(0), []byte("plain"))
+	if _, err := Save(path, tb, at(1), at(1)); err != nil {
+		t.Fatal(err)
+	}
+	back := newTable(t, 1000)
+	if _, err := Load(path, back, at(2), at(2), lim); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := back.AllowQuota(at(2), []byte("api_k1"), bucket.Request{Quota: leaky}); v.Allowed || v.Policy.Burst != 3 {
+		t.Fatalf("api_k1 after the restart: %+v, want empty under burst 3", v)
+	}
+	if back.Allow(at(2), []byte("api_k1")) {
+		t.Fatal("a plain query served api_k1 past its stated limit after the restart")
+	}
+	if st, err := back.Peek(at(2), "api_k2"); err != nil || st.Tokens != 3 || st.Policy.Burst != 5 {
+		t.Fatalf("api_k2 after the restart: %+v %v, want 3 tokens of 5", st, err)
+	}
+	// The same file as version 1 wrote it: no limit bytes.
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e Encoder
+	e.Reset()
+	_, err = Decode(b, at(2), lim, func(_ Header, ls []bucket.Level) {
+		for _, l := range ls {
+			l.Quota = bucket.Quota{}
+			e.Add([]bucket.Level{l})
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1 := e.Finish(at(1), 0)
+	// Drop each record's limit byte (0 for all now) and say version 1.
+	body := v1[headerLen : len(v1)-crcLen]
+	var old []byte
+	for len(body) > 0 {
+		kl, w := binary.Uvarint(body)
+		n := w + int(kl) + levelLen
+		old = append(old, body[:n]...)
+		body = body[n+1:]
+	}
+	f := append([]byte(nil), v1[:headerLen]...)
+	binary.BigEndian.PutUint16(f[4:], 1)
+	binary.BigEndian.PutUint64(f[32:], uint64(len(old)))
+	f = append(f, old...)
+	f = binary.BigEndian.AppendUint32(f, crc32.Checksum(f, crc32.MakeTable(crc32.Castagnoli)))
+	h, err := Decode(f, at(2), lim, func(Header, []bucket.Level) {})
+	if err != nil || h.Version != 1 || h.Tags != 2 { // plain is full again: not saved
+		t.Fatalf("version 1 file: %+v %v, want 2 tags", h, err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 type Table interface {
 	PolicyStats() []bucket.PolicyStats
 	Stats() bucket.Stats
+	QuotaStats() bucket.QuotaStats
 }
 
 var _ Table = (*bucket.Table)(nil)
@@ -31,6 +32,9 @@ var _ Table = (*bucket.Table)(nil)
 //	dthrottle_tags                                       gauge, tags tracked
 //	dthrottle_evictions_total                            tags evicted by max_tags
 //	dthrottle_evicted_hits_total                         unreported hits lost with them
+//	dthrottle_stated_limits                              gauge, distinct limits callers stated, in use
+//	dthrottle_stated_limits_reclaimed_total              their slots taken back from limits no tag used
+//	dthrottle_stated_limits_refused_total                limits refused for want of a slot
 //
 // It is safe for concurrent use if t is.
 func NewCollector(t Table) prometheus.Collector {
@@ -43,8 +47,11 @@ func NewCollector(t Table) prometheus.Collector {
 		tags          = metric.Gauge("tags", "Tags tracked in the table.")
 		evictions     = metric.Counter("evictions_total", "Tags evicted by the max_tags cap.")
 		evictedHits   = metric.Counter("evicted_hits_total", "Unreported hits lost with evicted tags.")
+		stated        = metric.Gauge("stated_limits", "Distinct limits callers stated with their requests, held by the table now (at most 16384).")
+		reclaimed     = metric.Counter("stated_limits_reclaimed_total", "Slots of stated limits taken back from limits no tracked tag used.")
+		refusedLimits = metric.Counter("stated_limits_refused_total", "Stated limits refused because 16384 others were in use.")
 	)
-	families := []metric.Family{queries, policyQueries, dryRunRefused, charges, chargedTokens, tags, evictions, evictedHits}
+	families := []metric.Family{queries, policyQueries, dryRunRefused, charges, chargedTokens, tags, evictions, evictedHits, stated, reclaimed, refusedLimits}
 	return metric.NewCollector(families, func(emit metric.Emit) {
 		// Policy names are unique in a valid config, but one may be named
 		// like the default; sum rather than emit a series twice (a failed
@@ -77,5 +84,9 @@ func NewCollector(t Table) prometheus.Collector {
 		emit(tags, float64(st.Tags))
 		emit(evictions, float64(st.Evictions))
 		emit(evictedHits, float64(st.EvictedHits))
+		qs := t.QuotaStats()
+		emit(stated, float64(qs.InUse))
+		emit(reclaimed, float64(qs.Reclaimed))
+		emit(refusedLimits, float64(qs.Refused))
 	})
 }

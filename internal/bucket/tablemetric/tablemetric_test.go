@@ -35,6 +35,8 @@ func metricsTable(t *testing.T) *bucket.Table {
 	for _, tag := range []string{"a", "a", "a", "login:1", "login:1", "try:1", "try:1", "x:1", "ok:1"} {
 		tb.Allow(at(0), []byte(tag))
 	}
+	// A limit stated for a tag of the deny policy: refused, and not kept.
+	tb.AllowQuota(at(0), []byte("x:2"), bucket.Request{Quota: bucket.Quota{Burst: 5, Rate: 1}, Hits: 1})
 	return tb
 }
 
@@ -43,11 +45,11 @@ func TestCollector(t *testing.T) {
 	const c, g = mt.Counter, mt.Gauge
 	mt.Expect(t, fams,
 		mt.Sample{Name: "dthrottle_queries_total", Labels: "result=ok", Kind: c, Value: 6},
-		mt.Sample{Name: "dthrottle_queries_total", Labels: "result=no", Kind: c, Value: 3},
+		mt.Sample{Name: "dthrottle_queries_total", Labels: "result=no", Kind: c, Value: 4},
 		// The deny policy named like the default is summed with it, not
 		// sent as a second series.
 		mt.Sample{Name: "dthrottle_policy_queries_total", Labels: "policy=default,result=ok", Kind: c, Value: 2},
-		mt.Sample{Name: "dthrottle_policy_queries_total", Labels: "policy=default,result=no", Kind: c, Value: 2},
+		mt.Sample{Name: "dthrottle_policy_queries_total", Labels: "policy=default,result=no", Kind: c, Value: 3},
 		mt.Sample{Name: "dthrottle_policy_queries_total", Labels: "policy=login,result=ok", Kind: c, Value: 1},
 		mt.Sample{Name: "dthrottle_policy_queries_total", Labels: "policy=login,result=no", Kind: c, Value: 1},
 		mt.Sample{Name: "dthrottle_policy_queries_total", Labels: "policy=try,result=ok", Kind: c, Value: 2},
@@ -60,9 +62,12 @@ func TestCollector(t *testing.T) {
 		mt.Sample{Name: "dthrottle_tags", Kind: g, Value: 1},
 		mt.Sample{Name: "dthrottle_evictions_total", Kind: c, Value: 2},
 		mt.Sample{Name: "dthrottle_evicted_hits_total", Kind: c, Value: 3},
+		mt.Sample{Name: "dthrottle_stated_limits", Kind: g, Value: 0},
+		mt.Sample{Name: "dthrottle_stated_limits_reclaimed_total", Kind: c, Value: 0},
+		mt.Sample{Name: "dthrottle_stated_limits_refused_total", Kind: c, Value: 0},
 	)
-	if n := len(fams); n != 8 {
-		t.Errorf("%d families, want 8", n)
+	if n := len(fams); n != 11 {
+		t.Errorf("%d families, want 11", n)
 	}
 }
 

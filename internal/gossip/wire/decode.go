@@ -61,8 +61,8 @@ func Decode(b []byte, key []byte) (Message, error) {
 		Relayed:     b[4]&flagRelayed != 0,
 	}}
 	switch m.Type {
-	case MsgHits, MsgHeartbeat, MsgToRelay, MsgAggregate, MsgCrossing:
-		hits, err := st.decodeBody(b[headerLen:end], m.Type == MsgHeartbeat)
+	case MsgHits, MsgHeartbeat, MsgToRelay, MsgAggregate, MsgCrossing, MsgStatedHits:
+		hits, err := st.decodeBody(b[headerLen:end], m.Type)
 		if err != nil {
 			return Message{}, err
 		}
@@ -125,7 +125,8 @@ func (st *decodeState) validMAC(key, msg, mac []byte) bool {
 
 // decodeBody parses a body map of tag → hits that must fill body exactly.
 // A heartbeat's map must be empty.
-func (st *decodeState) decodeBody(body []byte, heartbeat bool) ([]Hit, error) {
+func (st *decodeState) decodeBody(body []byte, t MsgType) ([]Hit, error) {
+	heartbeat, withQuota := t == MsgHeartbeat, t == MsgStatedHits
 	st.r.Reset(body)
 	d := st.d
 	c, err := d.PeekCode()
@@ -153,12 +154,23 @@ func (st *decodeState) decodeBody(body []byte, heartbeat bool) ([]Hit, error) {
 		if err != nil {
 			return nil, err
 		}
+		if withQuota {
+			if err := st.decodeStatedArray(); err != nil {
+				return nil, err
+			}
+		}
 		count, err := st.decodeCount()
 		if err != nil {
 			return nil, err
 		}
+		h := Hit{Key: string(key), Count: count}
+		if withQuota {
+			if h.Quota, err = st.decodeQuota(); err != nil {
+				return nil, err
+			}
+		}
 		if len(key) > 0 && count > 0 {
-			hits = append(hits, Hit{Key: string(key), Count: count})
+			hits = append(hits, h)
 		}
 	}
 	if st.r.Len() != 0 {

@@ -101,7 +101,7 @@ func TestDecodeGarbage(t *testing.T) {
 		"no-ops dropped":         {hits(0x83, 0xa0, 3, 0xa1, 'z', 0, 0xa1, 'a', 2), []Hit{{Key: "a", Count: 2}}},
 		"duplicates kept":        {hits(0x82, 0xa1, 'a', 1, 0xa1, 'a', 2), []Hit{{Key: "a", Count: 1}, {Key: "a", Count: 2}}},
 		"empty hits map":         {hits(0x80), nil},
-		"unknown type 11":        {append(header(11), "any body at all"...), nil},
+		"unknown type 13":        {append(header(13), "any body at all"...), nil},
 		"unknown type 200":       {header(200), nil},
 		"reserved flags ignored": {func() []byte { b := hits(0x81, 0xa1, 'a', 1); b[4] = 0xfe; return b }(), []Hit{{Key: "a", Count: 1}}},
 	}
@@ -135,7 +135,7 @@ func TestDecodeGarbage(t *testing.T) {
 // checkInvariants fails t unless m's hits are all sendable.
 func checkInvariants(t testing.TB, m Message) {
 	t.Helper()
-	if m.Hits != nil && !slices.Contains([]MsgType{MsgHits, MsgToRelay, MsgAggregate, MsgCrossing}, m.Type) {
+	if m.Hits != nil && !slices.Contains([]MsgType{MsgHits, MsgToRelay, MsgAggregate, MsgCrossing, MsgStatedHits}, m.Type) {
 		t.Fatalf("type %d with hits %v", m.Type, m.Hits)
 	}
 	if (m.Top != nil) != (m.Type == MsgTop) {
@@ -144,6 +144,9 @@ func checkInvariants(t testing.TB, m Message) {
 	for _, h := range m.Hits {
 		if h.Key == "" || h.Count == 0 {
 			t.Fatalf("decoded a no-op hit %+v", h)
+		}
+		if (h.Quota.Burst != 0) != (m.Type == MsgStatedHits) || h.Quota.Burst != 0 && h.Quota.Check() != nil {
+			t.Fatalf("type %d with hit %+v", m.Type, h)
 		}
 	}
 }

@@ -24,6 +24,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(readHex(f, "testdata/golden_request.hex"))
 	f.Add(readHex(f, "testdata/golden_peers.hex"))
 	f.Add(readHex(f, "testdata/golden_relay.hex"))
+	f.Add(readHex(f, "testdata/golden_stated.hex"))
 	f.Add(readHex(f, "testdata/golden_top.hex"))
 	f.Add(readHex(f, "testdata/golden_repair.hex"))
 	key := []byte("secret")

@@ -16,7 +16,8 @@
 //	   the tag's bucket level in tokens, a float64 (0xcb and 8 bytes);
 //	   float32 and any msgpack integer are accepted. A level is below the
 //	   sender's burst; negative is debt. Entries with an empty key or a
-//	   level that is not a number are dropped.
+//	   level that is not a number are dropped. A tag under a limit its
+//	   callers stated has an array as its level (stated.go).
 //
 // The array must end exactly where the MAC, or the datagram, ends. The
 // answers of one sender number their sequence apart from its other
@@ -101,22 +102,38 @@ func (e *Encoder) EncodeSnapshot(now time.Time, to uint64, levels []Level, last 
 	buf = append(buf, msgpcode.False, msgpcode.Map16, 0, 0)
 	n := 0
 	i := 0
+	kind := false // whether the datagram's levels are under stated limits
 	for ; i < len(levels); i++ {
 		l := levels[i]
 		if len(l.Key) == 0 || math.IsNaN(l.Tokens) {
 			skipped++
 			continue
 		}
-		if len(buf)+levelLen(l.Key)+trailer > e.MaxPacket {
+		withQuota := stated(l.Quota)
+		size := levelLen(l.Key)
+		if withQuota {
+			size += 1 + quotaLen(l.Quota)
+		}
+		if n > 0 && withQuota != kind {
+			break // one sort of level per datagram (stated.go)
+		}
+		if len(buf)+size+trailer > e.MaxPacket {
 			if n == 0 {
 				skipped++
 				continue
 			}
 			break
 		}
+		kind = withQuota
 		buf = appendStr(buf, l.Key)
+		if withQuota {
+			buf = append(buf, msgpcode.FixedArrayLow|5)
+		}
 		buf = append(buf, msgpcode.Double)
 		buf = binary.BigEndian.AppendUint64(buf, math.Float64bits(l.Tokens))
+		if withQuota {
+			buf = appendQuota(buf, l.Quota)
+		}
 		n++
 	}
 	if n == 0 && !(last && i == len(levels)) {
@@ -170,6 +187,15 @@ func (st *decodeState) decodeSnapshot(body []byte) (Snapshot, error) {
 		if err != nil {
 			return Snapshot{}, errTruncated
 		}
+		withQuota := msgpcode.IsFixedArray(c)
+		if withQuota {
+			if err := st.decodeStatedArray(); err != nil {
+				return Snapshot{}, err
+			}
+			if c, err = d.PeekCode(); err != nil {
+				return Snapshot{}, errTruncated
+			}
+		}
 		if !(c == msgpcode.Double || c == msgpcode.Float || c <= msgpcode.PosFixedNumHigh || c >= msgpcode.NegFixedNumLow ||
 			(c >= msgpcode.Uint8 && c <= msgpcode.Int64)) {
 			return Snapshot{}, errLevel
@@ -178,8 +204,15 @@ func (st *decodeState) decodeSnapshot(body []byte) (Snapshot, error) {
 		if err != nil {
 			return Snapshot{}, errTruncated
 		}
+		lv := Level{Tokens: v}
+		if withQuota {
+			if lv.Quota, err = st.decodeQuota(); err != nil {
+				return Snapshot{}, err
+			}
+		}
 		if len(key) > 0 && !math.IsNaN(v) {
-			s.Levels = append(s.Levels, Level{Key: append([]byte(nil), key...), Tokens: v})
+			lv.Key = append([]byte(nil), key...)
+			s.Levels = append(s.Levels, lv)
 		}
 	}
 	if st.r.Len() != 0 {

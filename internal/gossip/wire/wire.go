@@ -11,7 +11,9 @@
 //	3       1     type: 1 hits, 2 heartbeat, 3 snapshot answer, 4 snapshot
 //	              request (snapshot.go), 5 peers (peers.go), 6 hits for a
 //	              relay, 7 a relay's aggregate, 8 an aggregate for another
-//	              segment (relay.go), 9 heaviest tags (top.go)
+//	              segment (relay.go), 9 heaviest tags (top.go), 10 a
+//	              repair request (repair.go), 11 goodbye (goodbye.go),
+//	              12 hits under limits callers stated (stated.go)
 //	4       1     flags: bit 0 set when the MAC trailer is present; bit 1
 //	              set when the sender reports through relays while it
 //	              hears one (its silence is then expected); the other bits
@@ -76,7 +78,8 @@ const (
 	// 3 and 4 are the warm start messages, in snapshot.go; 5 lists
 	// peers, in peers.go; 6, 7 and 8 relay hits, in relay.go; 9 carries
 	// a node's heaviest tags, in top.go; 10 asks for datagrams again, in
-	// repair.go.
+	// repair.go; 11 says goodbye, in goodbye.go; 12 carries hits under
+	// limits callers stated, in stated.go.
 )
 
 // version is the wire format version this code writes. Decode accepts only
@@ -194,6 +197,36 @@ func (e *Encoder) encode(now time.Time, t, empty MsgType, hits []Hit, emit func(
 	}
 	ms := uint64(now.UnixMilli())
 	sent := false
+	for pass := range 2 {
+		// Plain hits as t, then, in datagrams of their own, the hits
+		// under stated limits (stated.go): only a report carries them.
+		withQuota := pass == 1
+		if withQuota && t != MsgHits {
+			break
+		}
+		typ := t
+		if withQuota {
+			typ = MsgStatedHits
+		}
+		n, err := e.encodePass(ms, typ, withQuota, trailer, hits, &skipped, emit)
+		if err != nil {
+			return skipped, err
+		}
+		sent = sent || n > 0
+	}
+	if !sent && empty != 0 {
+		buf := append(e.buf[:headerLen], msgpcode.FixedMapLow)
+		if err := emit(e.seal(buf, empty, ms)); err != nil {
+			return skipped, err
+		}
+	}
+	return skipped, nil
+}
+
+// encodePass emits the hits with a stated limit (withQuota) or without
+// as datagrams of type t, and returns how many datagrams it emitted.
+func (e *Encoder) encodePass(ms uint64, t MsgType, withQuota bool, trailer int, hits []Hit, skipped *int, emit func(pkt []byte) error) (int, error) {
+	datagrams := 0
 	for i := 0; i < len(hits); {
 		// The body starts after room for a map16 header; a fixmap header
 		// moves it back by two bytes once the count is known.
@@ -201,19 +234,28 @@ func (e *Encoder) encode(now time.Time, t, empty MsgType, hits []Hit, emit func(
 		n := 0
 		for ; i < len(hits); i++ {
 			h := hits[i]
-			if h.Key == "" || h.Count == 0 {
+			if h.Key == "" || h.Count == 0 || stated(h.Quota) != withQuota {
 				continue
 			}
 			size := headerLen + mapHeaderLen(n+1) + (len(buf) - headerLen - 3) + entryLen(h) + trailer
+			if withQuota {
+				size += 1 + quotaLen(h.Quota)
+			}
 			if size > e.MaxPacket {
 				if n == 0 {
-					skipped++
+					*skipped++
 					continue
 				}
 				break
 			}
 			buf = appendStr(buf, h.Key)
+			if withQuota {
+				buf = append(buf, msgpcode.FixedArrayLow|5)
+			}
 			buf = appendUint(buf, h.Count)
+			if withQuota {
+				buf = appendQuota(buf, h.Quota)
+			}
 			n++
 		}
 		if n == 0 {
@@ -227,17 +269,11 @@ func (e *Encoder) encode(now time.Time, t, empty MsgType, hits []Hit, emit func(
 			binary.BigEndian.PutUint16(buf[headerLen+1:], uint16(n))
 		}
 		if err := emit(e.seal(buf, t, ms)); err != nil {
-			return skipped, err
+			return datagrams, err
 		}
-		sent = true
+		datagrams++
 	}
-	if !sent && empty != 0 {
-		buf := append(e.buf[:headerLen], msgpcode.FixedMapLow)
-		if err := emit(e.seal(buf, empty, ms)); err != nil {
-			return skipped, err
-		}
-	}
-	return skipped, nil
+	return datagrams, nil
 }
 
 // prepare checks the fields and sizes the buffers.

@@ -80,4 +80,5 @@ var (
 	_ Decider      = (*bucket.Table)(nil)
 	_ Checker      = (*bucket.Table)(nil)
 	_ Charger      = (*bucket.Table)(nil)
+	_ Limiter      = (*bucket.Table)(nil)
 )

@@ -36,6 +36,23 @@ func BenchmarkServeHTTP(b *testing.B) {
 	}
 }
 
+// BenchmarkServeHTTPStated is BenchmarkServeHTTP with a limit stated
+// per request, a thousand a day, decided by the table's AllowQuota.
+func BenchmarkServeHTTPStated(b *testing.B) {
+	tb := newTable(b, bucket.Policy{Rate: 1e9, Burst: 1000})
+	s := New(tb, Config{Limiter: tb})
+	reqs := make([]*http.Request, 1000)
+	for i := range reqs {
+		reqs[i] = httptest.NewRequest("GET", "/v1/allow?tag=203.0.113."+strconv.Itoa(i)+"&limit=1000&per=24h", nil)
+	}
+	w := &discard{h: http.Header{}}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		clear(w.h)
+		s.ServeHTTP(w, reqs[i%len(reqs)])
+	}
+}
+
 // BenchmarkEndpoint is a whole request and answer over one keep-alive
 // loopback connection, one in flight: net/http's cost included. The
 // client reads the answer without allocating, so the allocations

@@ -12,7 +12,7 @@ import (
 
 // Collector returns the endpoint's metrics, read at each scrape:
 //
-//	dthrottle_http_requests_total{result="allowed|refused|charged|bad"}
+//	dthrottle_http_requests_total{result="allowed|refused|charged|bad|busy"}
 //	dthrottle_http_connections                 gauge, connections open
 //	dthrottle_http_connections_rejected_total  refused over MaxConns
 //
@@ -23,7 +23,7 @@ func (s *Server) Collector() prometheus.Collector { return newCollector(s.Stats)
 // newCollector reads the counters from stats: the seam for tests.
 func newCollector(stats func() Stats) prometheus.Collector {
 	var (
-		requests = metric.Counter("http_requests_total", "Requests to the HTTP decision endpoint, by result: allowed (2xx), refused, charged (POST /v1/charge, 204), bad (4xx for their form).", "result")
+		requests = metric.Counter("http_requests_total", "Requests to the HTTP decision endpoint, by result: allowed (2xx), refused, charged (POST /v1/charge, 204), bad (4xx for their form or a stated limit the policy refuses), busy (503: a stated limit the table had no room for).", "result")
 		conns    = serve.NewConnFamilies(serve.Naming{Prefix: "http_", Noun: "HTTP decision endpoint connections", Open: "open",
 			Rejected: "refused because its max_conns were open: answered 503, or closed at once past 64 such answers in flight", NoAccepted: true})
 	)
@@ -34,6 +34,7 @@ func newCollector(stats func() Stats) prometheus.Collector {
 		emit(requests, float64(st.Refused), "refused")
 		emit(requests, float64(st.Charged), "charged")
 		emit(requests, float64(st.Bad), "bad")
+		emit(requests, float64(st.Busy), "busy")
 		conns.Emit(emit, st.Stats)
 	})
 }

@@ -9,7 +9,7 @@ import (
 )
 
 func TestCollector(t *testing.T) {
-	st := Stats{Allowed: 40, Refused: 5, Charged: 7, Bad: 3, Stats: serve.Stats{Active: 2, Accepted: 9, Rejected: 1}}
+	st := Stats{Allowed: 40, Refused: 5, Charged: 7, Bad: 3, Busy: 4, Stats: serve.Stats{Active: 2, Accepted: 9, Rejected: 1}}
 	c := newCollector(func() Stats { return st })
 	fams := mt.Gather(t, c)
 	const counter, gauge = mt.Counter, mt.Gauge
@@ -18,6 +18,7 @@ func TestCollector(t *testing.T) {
 		mt.Sample{Name: "dthrottle_http_requests_total", Labels: "result=refused", Kind: counter, Value: 5},
 		mt.Sample{Name: "dthrottle_http_requests_total", Labels: "result=charged", Kind: counter, Value: 7},
 		mt.Sample{Name: "dthrottle_http_requests_total", Labels: "result=bad", Kind: counter, Value: 3},
+		mt.Sample{Name: "dthrottle_http_requests_total", Labels: "result=busy", Kind: counter, Value: 4},
 		mt.Sample{Name: "dthrottle_http_connections", Kind: gauge, Value: 2},
 		mt.Sample{Name: "dthrottle_http_connections_rejected_total", Kind: counter, Value: 1},
 	)

@@ -32,13 +32,15 @@ func TestParseQuery(t *testing.T) {
 		{"tag=%4", "", 0, errEscape},
 		{"tag=%zz", "", 0, errEscape},
 		{"tag=a&cost=", "", 0, errBadCost},
+		{"tag=a&cost=0", "", 0, errBadCost}, // read only: with a stated limit alone
+		{"tag=a&limits=5&pe%72x=1", "a", 1, nil},
 		{"tag=a&cost=-1", "", 0, errBadCost},
 		{"tag=a&cost=1000001", "", 0, errBadCost},
 		{"tag=a&cost=99999999999999999999", "", 0, errBadCost},
 	} {
-		tag, cost, err := parseQuery(tc.raw, nil)
-		if err != tc.err || err == nil && (string(tag) != tc.tag || cost != tc.cost) {
-			t.Errorf("parseQuery(%q) = %q, %d, %v; want %q, %d, %v", tc.raw, tag, cost, err, tc.tag, tc.cost, tc.err)
+		q, err := parseQuery(tc.raw, nil)
+		if err != tc.err || err == nil && (string(q.tag) != tc.tag || q.cost != tc.cost || q.stated) {
+			t.Errorf("parseQuery(%q) = %q, %d, stated %v, %v; want %q, %d, %v", tc.raw, q.tag, q.cost, q.stated, err, tc.tag, tc.cost, tc.err)
 		}
 	}
 }
@@ -55,16 +57,20 @@ func TestParseQueryAllocatesNothing(t *testing.T) {
 // tag it returns.
 func FuzzParseQuery(f *testing.F) {
 	for _, s := range []string{"tag=1.2.3.4", "tag=a+b%2F&cost=3", "tag=%", "tag=a&tag=b", "cost=0", "tag=%E2%82%AC&x",
-		"&&tag=&", "tag=a;cost=2", "t%61g=a&tag=b", "tag=" + strings.Repeat("%41", 100)} {
+		"&&tag=&", "tag=a;cost=2", "tag=k&limit=10&per=1m", "tag=k&rate=0.5&burst=3&cost=0", "tag=k&algorithm=window&limit=5&per=1h", "t%61g=a&tag=b", "tag=" + strings.Repeat("%41", 100)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		tag, cost, err := parseQuery(raw, nil)
+		q, err := parseQuery(raw, nil)
 		if err != nil {
 			return
 		}
-		if cost < 1 || cost > maxCost {
-			t.Fatalf("parseQuery(%q): cost %d out of range", raw, cost)
+		tag := q.tag
+		if q.cost < 0 || q.cost > maxCost || q.cost == 0 && !q.stated || q.req.Hits != q.cost {
+			t.Fatalf("parseQuery(%q): cost %d (hits %d, stated %v) out of range", raw, q.cost, q.req.Hits, q.stated)
+		}
+		if q.stated && q.req.Quota.Check() != nil {
+			t.Fatalf("parseQuery(%q): stated %+v out of the table's range: %v", raw, q.req.Quota, q.req.Quota.Check())
 		}
 		if len(tag) > len(raw) {
 			t.Fatalf("parseQuery(%q): tag of %d bytes from %d", raw, len(tag), len(raw))
@@ -74,9 +80,9 @@ func FuzzParseQuery(f *testing.F) {
 				t.Fatalf("parseQuery(%q) = %q; net/url reads %q", raw, tag, tags)
 			}
 		}
-		again, _, err := parseQuery("tag="+url.QueryEscape(string(tag)), nil)
-		if err != nil || string(again) != string(tag) {
-			t.Fatalf("round trip of %q: %q, %v", tag, again, err)
+		again, err := parseQuery("tag="+url.QueryEscape(string(tag)), nil)
+		if err != nil || string(again.tag) != string(tag) {
+			t.Fatalf("round trip of %q: %q, %v", tag, again.tag, err)
 		}
 	})
 }

@@ -67,6 +67,9 @@ type Config struct {
 	ReadHeaderTimeout, IdleTimeout, WriteTimeout time.Duration
 	// Charger takes POST /v1/charge; nil leaves that path unknown (404).
 	Charger decide.Charger
+	// Limiter decides a query that states its limit (limit, per, rate,
+	// burst, algorithm); nil answers such a query 400.
+	Limiter decide.Limiter
 	// Clock gives the time every decision is taken at; nil is time.Now.
 	Clock func() time.Time
 	// Logger receives connection-limit warnings (at most one a second),
@@ -83,7 +86,8 @@ type Stats struct {
 	Refused     uint64 // requests refused (the refusal status)
 	DryRun      uint64 // of Allowed, those a dry-run policy would have refused
 	Charged     uint64 // charges applied (POST /v1/charge answered 204)
-	Bad         uint64 // requests answered 4xx for their form (400, 404, 405, 414)
+	Bad         uint64 // requests answered 4xx for their form (400, 404, 405, 414), or for a stated limit (400, 403)
+	Busy        uint64 // requests stating a limit the table had no room for (503)
 }
 
 // Server is the HTTP decision endpoint: a serve.Server (Serve, Shutdown,
@@ -93,17 +97,18 @@ type Server struct {
 	*serve.Server
 	decide decide.Decider
 	charge decide.Charger // nil: POST /v1/charge is off
+	limit  decide.Limiter // nil: a stated limit is answered 400
 	now    func() time.Time
 	refuse atomic.Int64
 	bufs   sync.Pool // *[]byte, for the tag and the header values
 
-	allowed, refused, dryRun, charged, bad atomic.Uint64
+	allowed, refused, dryRun, charged, bad, busy atomic.Uint64
 }
 
 // New returns a Server that decides through d, and charges through
 // cfg.Charger when it is set. It serves nothing until Serve.
 func New(d decide.Decider, cfg Config) *Server {
-	s := &Server{decide: d, charge: cfg.Charger, now: cfg.Clock}
+	s := &Server{decide: d, charge: cfg.Charger, limit: cfg.Limiter, now: cfg.Clock}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -138,7 +143,7 @@ func (s *Server) SetRefuseStatus(code int) {
 // Stats returns the counters.
 func (s *Server) Stats() Stats {
 	return Stats{Stats: s.Server.Stats(),
-		Allowed: s.allowed.Load(), Refused: s.refused.Load(), DryRun: s.dryRun.Load(), Charged: s.charged.Load(), Bad: s.bad.Load()}
+		Allowed: s.allowed.Load(), Refused: s.refused.Load(), DryRun: s.dryRun.Load(), Charged: s.charged.Load(), Bad: s.bad.Load(), Busy: s.busy.Load()}
 }
 
 // Shared header values, never modified.
@@ -177,12 +182,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	bp := s.bufs.Get().(*[]byte)
 	defer s.bufs.Put(bp)
-	tag, cost, err := parseQuery(r.URL.RawQuery, *bp)
+	q, err := parseQuery(r.URL.RawQuery, *bp)
 	if err != nil {
 		s.fail(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	v := s.decide.AllowN(s.now(), tag, cost)
+	tag := q.tag
+	var v bucket.Verdict
+	if q.stated {
+		if v, err = s.allowStated(tag, q.req); err != nil {
+			*bp = tag[:0]
+			s.failStated(w, err)
+			return
+		}
+	} else {
+		v = s.decide.AllowN(s.now(), tag, q.cost)
+	}
 	status := http.StatusOK
 	if !v.Allowed {
 		status = int(s.refuse.Load())

@@ -31,6 +31,12 @@ import (
 //     and each refused descriptor is counted as a refusal by the table
 //     (Table.Refuse), as a refused query on any way in is.
 //
+// A descriptor that states its limit (stated.go) goes the same way,
+// asking Limiter.AllowQuota: with 0 hits to check it, with its cost to
+// spend; a refusal in the check is counted by Table.Refuse alike. A limit
+// the table refuses (out of range, forbidden by the policy, no room)
+// fails the whole request at the check, before anything is spent.
+//
 // Charges are applied whatever the other descriptors decide.
 
 // outcome is what the check made of a descriptor.
@@ -74,7 +80,11 @@ func (s service) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitRequest)
 		return nil, err
 	}
 	now := s.now()
-	refused := s.check(now, r, o.unmatchedOK)
+	refused, err := s.check(now, r, o.unmatchedOK)
+	if err != nil {
+		s.bad.Add(1)
+		return nil, err
+	}
 	if refused {
 		s.countRefusals(now, r)
 	} else {
@@ -85,12 +95,22 @@ func (s service) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitRequest)
 }
 
 // check checks every descriptor against its cost and reports whether
-// any would be refused. Nothing changes.
-func (s *Server) check(now time.Time, r *request, unmatchedOK bool) (refused bool) {
+// any would be refused. Nothing changes. An error is a descriptor's
+// stated limit the table would not decide under: the request is
+// answered with it, deciding nothing.
+func (s *Server) check(now time.Time, r *request, unmatchedOK bool) (refused bool, err error) {
 	for i := range r.items {
 		it := &r.items[i]
 		if it.charge && !unmatchedOK {
 			it.outcome = charged
+			continue
+		}
+		if it.stated && !it.charge {
+			var err error
+			if it.outcome, it.v, err = s.checkStated(now, r.tag(it), it); err != nil {
+				return false, statedError(i, err)
+			}
+			refused = refused || it.outcome == refuse
 			continue
 		}
 		v := s.table.Check(now, r.tag(it), cost(it))
@@ -106,7 +126,7 @@ func (s *Server) check(now time.Time, r *request, unmatchedOK bool) (refused boo
 		}
 		refused = refused || it.outcome == refuse
 	}
-	return refused
+	return refused, nil
 }
 
 // spend takes every descriptor's cost, in order, and reports whether the
@@ -118,7 +138,11 @@ func (s *Server) spend(now time.Time, r *request) (refused bool) {
 		if it.outcome != pass || it.cost == 0 {
 			continue
 		}
-		it.v = s.table.AllowN(now, r.tag(it), cost(it))
+		if it.stated {
+			it.v = s.spendStated(now, r.tag(it), it)
+		} else {
+			it.v = s.table.AllowN(now, r.tag(it), cost(it))
+		}
 		if !it.v.Allowed {
 			it.outcome = refuse
 			return true

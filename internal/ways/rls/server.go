@@ -121,6 +121,9 @@ type Config struct {
 	// may be silent before the server pings it, and KeepaliveTimeout
 	// how long it then waits for an answer before closing it.
 	HandshakeTimeout, RequestTimeout, IdleTimeout, KeepaliveTime, KeepaliveTimeout time.Duration
+	// Limiter decides a descriptor that states its limit; nil answers a
+	// request holding one INVALID_ARGUMENT. *bucket.Table is one.
+	Limiter decide.Limiter
 	// Clock gives the time every decision is taken at; nil is time.Now.
 	Clock func() time.Time
 	// Logger receives connection-limit warnings (at most one a second)
@@ -145,7 +148,7 @@ type Stats struct {
 	serve.Stats        // connections: accepted, rejected (closed over MaxConns), active
 	OK          uint64 // requests answered OK
 	OverLimit   uint64 // requests answered OVER_LIMIT
-	Bad         uint64 // requests answered INVALID_ARGUMENT
+	Bad         uint64 // requests answered INVALID_ARGUMENT, or refused for a descriptor's stated limit
 	Busy        uint64 // requests (of any method) answered RESOURCE_EXHAUSTED over MaxRequests
 	Stalled     uint64 // connections closed because an answer could not be written within RequestTimeout
 	// Descriptors of the requests answered, by their status: OK (charges
@@ -159,6 +162,7 @@ type Stats struct {
 type Server struct {
 	*serve.Server
 	table       Table
+	limiter     decide.Limiter // nil: a stated limit is refused
 	now         func() time.Time
 	opts        atomic.Pointer[options]
 	timeout     time.Duration // RequestTimeout
@@ -185,7 +189,7 @@ var ServiceName = rlsv3.RateLimitService_ServiceDesc.ServiceName
 // New returns a Server that decides and charges through t. It serves
 // nothing until Serve.
 func New(t Table, cfg Config) *Server {
-	s := &Server{table: t, now: cfg.Clock, timeout: cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout),
+	s := &Server{table: t, limiter: cfg.Limiter, now: cfg.Clock, timeout: cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout),
 		maxRequests: int64(cfg.MaxRequests), stopped: make(chan struct{})}
 	s.errBusy = status.Errorf(codes.ResourceExhausted, "rls: requests in progress: over %d", s.maxRequests)
 	s.dog = &watchdog{timeout: s.timeout}

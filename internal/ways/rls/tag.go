@@ -45,6 +45,8 @@ type item struct {
 	start, end int    // the tag: buf[start:end]
 	cost       uint64 // hits_addend in effect: the descriptor's, else the request's (1 when it has none)
 	charge     bool   // the descriptor holds the charge entry
+	stated     bool   // the descriptor states its limit (its limit field): quota, not its policy, applies
+	quota      bucket.Quota
 	outcome
 	v bucket.Verdict // the decision, or the bucket's level when none was taken
 }
@@ -114,6 +116,13 @@ func (r *request) descriptor(i int, d *rlcommon.RateLimitDescriptor, domain stri
 	it := item{start: len(r.buf), cost: cost}
 	if h := d.GetHitsAddend(); h != nil {
 		it.cost = h.GetValue()
+	}
+	if l := d.GetLimit(); l != nil {
+		q, err := quotaOf(l)
+		if err != nil {
+			return item{}, bad("descriptors[%d].limit: %v", i, err)
+		}
+		it.quota, it.stated = q, true
 	}
 	r.buf = appendEscaped(append(r.buf, tagPrefix...), domain)
 	bare := len(r.buf)
