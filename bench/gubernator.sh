@@ -207,13 +207,11 @@ echo "# throughput: $INFLIGHT calls in flight, $BATCH rate limit(s) a call, $KEY
 [ "$ACCURACY" != 1 ] || echo "# accuracy: one key at ${OVER}x of $ACC_RATE/s burst $ACC_BURST for $ACC_DURATION"
 echo
 
-cpu_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t }' /proc/stat; }
-read -r steal0 total0 < <(cpu_ticks)
+bench_steal_start
 
 : >"$tmp/results"
 for round in $(seq "$RUNS"); do
-	order=("${systems[@]}")
-	if [ $((round % 2)) = 0 ]; then order=(); for ((i = ${#systems[@]} - 1; i >= 0; i--)); do order+=("${systems[$i]}"); done; fi
+	bench_order "$round" "${systems[@]}"
 	for sys in "${order[@]}"; do
 		"$tmp/gubload" run -addrs "${addrs[$sys]}" -pids "${procs[$sys]}" -behavior "${behavior[$sys]}" -label "$sys" \
 			-keys "$KEYS" -batch "$BATCH" -limit "$LIMIT" -inflight "$INFLIGHT" -warmup "$WARMUP" -duration "$DURATION" | tee -a "$tmp/results"
@@ -223,11 +221,8 @@ for round in $(seq "$RUNS"); do
 	done
 done
 
-read -r steal1 total1 < <(cpu_ticks)
 echo
-awk -v s="$((steal1 - steal0))" -v t="$((total1 - total0))" 'BEGIN {
-	printf "# CPU time stolen by the hypervisor during the run: %.1f%%\n", (t > 0 ? 100 * s / t : 0)
-}'
+bench_steal "# "
 echo
 for sys in "${systems[@]}"; do printf '%s\t%s\n' "$sys" "${name[$sys]}"; done >"$tmp/names"
 awk -F'\t' -v systems="${systems[*]}" '
