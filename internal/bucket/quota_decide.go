@@ -87,7 +87,7 @@ func (s *shard) allowQuota(now int64, h uint64, key []byte, pi, qi int, c *compi
 	gov := &s.policies[pi]
 	at := c.at(now)
 	pos, ref := s.index.lookup(&s.arena, h, key)
-	if ref == 0 && (r.Hits == 0 || r.Hits > c.Burst) {
+	if ref == 0 && (r.Hits == 0 || r.Hits > c.Burst && !r.Drain) {
 		// Nothing to keep: a full bucket answers.
 		v := c.stated(gov, c.level(at, at, max(r.Hits, r.Need, 1)), at, now)
 		if r.Hits > 0 {
@@ -122,6 +122,10 @@ func (s *shard) allowQuota(now int64, h uint64, key []byte, pi, qi int, c *compi
 	}
 	n := r.Hits
 	if n > c.Burst {
+		// Never served; drained as any refusal is, if asked.
+		if r.Drain && !gov.DryRun {
+			s.drainQuota(rec, ref, c, at)
+		}
 		v := c.stated(gov, c.level(max(rec.tat(), at), at, n), at, now)
 		s.refusedRec(ref)
 		return s.refusal(pi, v)

@@ -176,6 +176,15 @@ func TestQuotaDrain(t *testing.T) {
 	if len(hits) != 1 || hits[0].Count != 10 || hits[0].Quota != q {
 		t.Fatalf("drained hits: got %+v, want 10 under the stated limit", hits)
 	}
+	// More than the burst is never served; with Drain it still empties
+	// the bucket, a new tag's too.
+	tb.AllowQuota(at(10), []byte("k"), Request{Quota: q, Hits: 11, Drain: true})
+	tb.AllowQuota(at(10), []byte("new"), Request{Quota: q, Hits: 11, Drain: true})
+	for _, tag := range []string{"k", "new"} {
+		if v, _ := tb.AllowQuota(at(10), []byte(tag), Request{Quota: q}); v.Tokens != 0 {
+			t.Fatalf("%s after draining more than the burst: %v tokens, want 0", tag, v.Tokens)
+		}
+	}
 }
 
 // TestQuotaAcrossPeers: a peer that receives the hits applies them under

@@ -10,7 +10,7 @@ type Gubernator struct {
 	GRPC        string `toml:"grpc" reload:"restart"`         // "host:port" of the gRPC service, e.g. "127.0.0.1:1051"; "" disables
 	HTTP        string `toml:"http" reload:"restart"`         // "host:port" of the HTTP gateway (POST /v1/GetRateLimits, GET /v1/HealthCheck), e.g. "127.0.0.1:1050"; "" disables
 	MaxConns    int    `toml:"max_conns" reload:"restart"`    // most connections open at once, on both listeners together; one more is closed at once
-	MaxRequests int    `toml:"max_requests" reload:"restart"` // most gRPC requests in progress at once, on all connections together; one more is answered RESOURCE_EXHAUSTED at once
+	MaxRequests int    `toml:"max_requests" reload:"restart"` // most gRPC requests in progress at once, on all connections together, from their headers until their answer is written; one more is answered RESOURCE_EXHAUSTED at once
 }
 
 // Allowed values of the [gubernator] section, used by its rules in

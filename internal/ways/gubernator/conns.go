@@ -14,11 +14,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/dthrottle/dthrottle/internal/ways/h2watch"
 	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
 
@@ -63,9 +63,12 @@ type grpcConn struct{ net.Conn }
 // its place under MaxConns meanwhile. When the connections' context ends
 // (the stop began), HealthCheck turns unhealthy and both servers stop
 // gracefully: the requests in progress are answered, then the
-// connections are closed. It is safe for concurrent use.
+// connections are closed. The gRPC connections are watched (package
+// h2watch): one on which an answer cannot be written within
+// RequestTimeout is closed. It is safe for concurrent use.
 type connHandler struct {
 	svc            *service
+	dog            *h2watch.Watchdog
 	grpc           *grpc.Server
 	http           *http.Server
 	grpcLn, httpLn *serve.Handoff
@@ -73,8 +76,8 @@ type connHandler struct {
 }
 
 func newConnHandler(svc *service, cfg Config, log *slog.Logger) *connHandler {
-	h := &connHandler{svc: svc, grpcLn: serve.NewHandoff(), httpLn: serve.NewHandoff()}
-	b := &bounds{max: int64(cfg.MaxRequests), timeout: cfg.RequestTimeout, busy: &svc.counts.busy,
+	h := &connHandler{svc: svc, dog: h2watch.New(cfg.RequestTimeout), grpcLn: serve.NewHandoff(), httpLn: serve.NewHandoff()}
+	b := &bounds{max: int64(cfg.MaxRequests), timeout: cfg.RequestTimeout, streams: h.dog.Streams, busy: &svc.counts.busy,
 		errBusy: status.Errorf(codes.ResourceExhausted, "gubernator: requests in progress: over %d", cfg.MaxRequests)}
 	h.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
@@ -84,7 +87,6 @@ func newConnHandler(svc *service, cfg Config, log *slog.Logger) *connHandler {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout, Time: keepaliveTime, Timeout: keepaliveWait}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPingInterval, PermitWithoutStream: true}),
 		grpc.InTapHandle(b.tap),
-		grpc.StatsHandler(b),
 		grpc.SharedWriteBuffer(true),
 	)
 	guber.RegisterV1Server(h.grpc, svc)
@@ -113,7 +115,7 @@ func newConnHandler(svc *service, cfg Config, log *slog.Logger) *connHandler {
 	return h
 }
 
-// ServeConn has the gRPC server serve nc when it came from a
+// ServeConn has the gRPC server serve nc, watched, when it came from a
 // GRPCListener, the HTTP server otherwise, and returns once nc is closed.
 func (h *connHandler) ServeConn(ctx context.Context, nc net.Conn) {
 	h.start.Do(func() {
@@ -128,18 +130,21 @@ func (h *connHandler) ServeConn(ctx context.Context, nc net.Conn) {
 		})
 	})
 	if g, ok := nc.(grpcConn); ok {
-		h.grpcLn.Serve(g.Conn)
+		h.grpcLn.Serve(h.dog.Watch(g.Conn, ctx.Done()))
 		return
 	}
 	h.httpLn.Serve(nc)
 }
 
 // bounds keeps the gRPC requests in progress within max, and each within
-// timeout. It is safe for concurrent use.
+// timeout. A request is in progress from its headers until its answer is
+// written, as the watchdog counts them: an answer the client's window
+// holds back is counted until the connection is closed. It is safe for
+// concurrent use.
 type bounds struct {
 	max     int64 // <= 0: no limit
 	timeout time.Duration
-	open    atomic.Int64 // requests begun and not ended
+	streams func() int64 // requests in progress: the watchdog's Streams
 	busy    *atomic.Uint64
 	errBusy error
 }
@@ -152,7 +157,9 @@ type bounds struct {
 // DEADLINE_EXCEEDED and its memory freed. (The stream's own context, the
 // parent, is cancelled when the stream ends, which ends the timer.)
 func (b *bounds) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
-	if b.max > 0 && b.open.Load() >= b.max {
+	// The count has this request in it, and may have the next few the
+	// connection sent, already read.
+	if b.max > 0 && b.streams() > b.max {
 		b.busy.Add(1)
 		return nil, b.errBusy
 	}
@@ -163,19 +170,3 @@ func (b *bounds) tap(ctx context.Context, _ *tap.Info) (context.Context, error) 
 	_ = cancel
 	return ctx, nil
 }
-
-// HandleRPC counts a request in progress from its beginning, before its
-// message is read, to its end, after its answer is written.
-func (b *bounds) HandleRPC(_ context.Context, s stats.RPCStats) {
-	switch s.(type) {
-	case *stats.Begin:
-		b.open.Add(1)
-	case *stats.End:
-		b.open.Add(-1)
-	}
-}
-
-// TagRPC, TagConn and HandleConn make bounds a stats.Handler.
-func (b *bounds) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
-func (b *bounds) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
-func (b *bounds) HandleConn(context.Context, stats.ConnStats)                       {}

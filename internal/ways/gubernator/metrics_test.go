@@ -8,7 +8,7 @@ import (
 )
 
 func TestCollector(t *testing.T) {
-	st := Stats{Calls: 40, TooLarge: 2, Busy: 4, UnderLimit: 70, OverLimit: 6, Errors: 9,
+	st := Stats{Calls: 40, TooLarge: 2, Busy: 4, Stalled: 7, UnderLimit: 70, OverLimit: 6, Errors: 9,
 		Stats: serve.Stats{Active: 3, Accepted: 11, Rejected: 1}}
 	c := newCollector(func() Stats { return st })
 	fams := mt.Gather(t, c)
@@ -20,12 +20,13 @@ func TestCollector(t *testing.T) {
 		mt.Sample{Name: "dthrottle_gubernator_limits_total", Labels: "result=over_limit", Kind: counter, Value: 6},
 		mt.Sample{Name: "dthrottle_gubernator_limits_total", Labels: "result=error", Kind: counter, Value: 9},
 		mt.Sample{Name: "dthrottle_gubernator_busy_total", Kind: counter, Value: 4},
+		mt.Sample{Name: "dthrottle_gubernator_connections_stalled_total", Kind: counter, Value: 7},
 		mt.Sample{Name: "dthrottle_gubernator_connections", Kind: gauge, Value: 3},
 		mt.Sample{Name: "dthrottle_gubernator_connections_accepted_total", Kind: counter, Value: 11},
 		mt.Sample{Name: "dthrottle_gubernator_connections_rejected_total", Kind: counter, Value: 1},
 	)
-	if n := len(fams); n != 6 {
-		t.Errorf("%d families, want 6", n)
+	if n := len(fams); n != 7 {
+		t.Errorf("%d families, want 7", n)
 	}
 	mt.Lint(t, c)
 }

@@ -18,7 +18,10 @@
 // package serve's, as for every way in. The gRPC server bounds message
 // size, streams per connection, the handshake, keepalive and idle
 // connections, and MaxRequests the gRPC requests in progress at once
-// (grpc.go); the HTTP server bounds a request's head, body and time.
+// (conns.go); a watchdog on each gRPC connection (package h2watch)
+// closes one on which an answer cannot be written within RequestTimeout,
+// the client's flow-control window spent or nothing read; the HTTP
+// server bounds a request's head, body and time.
 //
 // The service decides through a decide.Limiter, which *bucket.Table is.
 package gubernator
@@ -35,6 +38,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dthrottle/dthrottle/internal/ways/decide"
+	"github.com/dthrottle/dthrottle/internal/ways/h2watch"
 	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
 
@@ -69,8 +73,10 @@ type Config struct {
 	// HandshakeTimeout closes a gRPC connection that has not completed
 	// the HTTP/2 handshake within it, and an HTTP connection whose
 	// request head takes longer. RequestTimeout answers a gRPC request
-	// not received in full within it DEADLINE_EXCEEDED, and closes an
-	// HTTP connection whose request and answer take longer. IdleTimeout
+	// not received in full within it DEADLINE_EXCEEDED, closes a gRPC
+	// connection on which an answer cannot be written within it of the
+	// request's headers, or a write waits longer (package h2watch), and
+	// closes an HTTP connection whose request and answer take longer. IdleTimeout
 	// closes a connection with no request for that long.
 	HandshakeTimeout, RequestTimeout, IdleTimeout time.Duration
 	// Peers returns how many peers the node knows, for HealthCheck's
@@ -95,6 +101,7 @@ type Stats struct {
 	Calls       uint64 // GetRateLimits calls answered
 	TooLarge    uint64 // GetRateLimits calls refused for more than MaxBatch rate limits
 	Busy        uint64 // gRPC requests answered RESOURCE_EXHAUSTED over MaxRequests
+	Stalled     uint64 // gRPC connections closed because an answer could not be written within RequestTimeout
 	// Rate limits of the calls answered, by their answer.
 	UnderLimit, OverLimit, Errors uint64
 }
@@ -105,6 +112,7 @@ type Stats struct {
 type Server struct {
 	*serve.Server
 	svc *service
+	dog *h2watch.Watchdog
 }
 
 // New returns a Server that decides through l. It serves nothing until
@@ -122,13 +130,13 @@ func New(l decide.Limiter, cfg Config) *Server {
 	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout)
 	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout)
 	h := newConnHandler(svc, cfg, log)
-	return &Server{Server: serve.New(h, serve.Config{Name: "gubernator api", MaxConns: cfg.MaxConns, Logger: log}), svc: svc}
+	return &Server{Server: serve.New(h, serve.Config{Name: "gubernator api", MaxConns: cfg.MaxConns, Logger: log}), svc: svc, dog: h.dog}
 }
 
 // Stats returns the counters.
 func (s *Server) Stats() Stats {
 	c := &s.svc.counts
-	return Stats{Stats: s.Server.Stats(), Calls: c.calls.Load(), TooLarge: c.tooLarge.Load(), Busy: c.busy.Load(),
+	return Stats{Stats: s.Server.Stats(), Calls: c.calls.Load(), TooLarge: c.tooLarge.Load(), Busy: c.busy.Load(), Stalled: s.dog.Stalled(),
 		UnderLimit: c.under.Load(), OverLimit: c.over.Load(), Errors: c.errors.Load()}
 }
 

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/tap"
 
+	"github.com/dthrottle/dthrottle/internal/ways/h2watch"
 	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
 
@@ -24,15 +25,15 @@ type connHandler struct {
 	srv   *grpc.Server
 	ln    *serve.Handoff
 	stop  func() // called once the stop begins, before the gRPC server stops
-	dog   *watchdog
+	dog   *h2watch.Watchdog
 	start sync.Once
 }
 
-func newConnHandler(srv *grpc.Server, stop func(), dog *watchdog) *connHandler {
+func newConnHandler(srv *grpc.Server, stop func(), dog *h2watch.Watchdog) *connHandler {
 	return &connHandler{srv: srv, ln: serve.NewHandoff(), stop: stop, dog: dog}
 }
 
-// ServeConn has the gRPC server serve nc, watched (stall.go), and
+// ServeConn has the gRPC server serve nc, watched (package h2watch), and
 // returns once nc is closed.
 func (h *connHandler) ServeConn(ctx context.Context, nc net.Conn) {
 	h.start.Do(func() {
@@ -42,7 +43,7 @@ func (h *connHandler) ServeConn(ctx context.Context, nc net.Conn) {
 			h.srv.GracefulStop()
 		})
 	})
-	h.ln.Serve(h.dog.watch(nc, ctx.Done()))
+	h.ln.Serve(h.dog.Watch(nc, ctx.Done()))
 }
 
 // watchMethod is the health service's one long-lived call.
@@ -61,7 +62,7 @@ const watchMethod = "/grpc.health.v1.Health/Watch"
 func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	// The count has this request in it, and may have the next few the
 	// connection sent, already read.
-	if s.maxRequests > 0 && s.dog.open.Load() > s.maxRequests {
+	if s.maxRequests > 0 && s.dog.Streams() > s.maxRequests {
 		s.busy.Add(1)
 		return nil, s.errBusy
 	}

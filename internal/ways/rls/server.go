@@ -20,7 +20,7 @@
 // serve's, as for every way in. The gRPC server bounds the rest: message
 // size, streams per connection, the time a connection takes to start and
 // a request to arrive, keepalive and idle connections (Config). What it
-// does not bound, a watchdog on each connection does (stall.go): an
+// does not bound, a watchdog on each connection does (package h2watch): an
 // answer the client's flow-control window, or a client that reads
 // nothing, keeps from being written within RequestTimeout closes the
 // connection; and the requests in progress on all connections together
@@ -46,6 +46,7 @@ import (
 	"github.com/dthrottle/dthrottle/internal/bucket"
 	"github.com/dthrottle/dthrottle/internal/limits"
 	"github.com/dthrottle/dthrottle/internal/ways/decide"
+	"github.com/dthrottle/dthrottle/internal/ways/h2watch"
 	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
 
@@ -115,7 +116,7 @@ type Config struct {
 	// DEADLINE_EXCEEDED to a request not received in full within it of
 	// its headers (or the client's own deadline, if sooner), and closes
 	// a connection on which an answer cannot be written within it of
-	// the request's headers, or a write waits longer (stall.go).
+	// the request's headers, or a write waits longer (package h2watch).
 	// IdleTimeout closes a connection with no request in progress for
 	// that long (after a GOAWAY). KeepaliveTime is how long a connection
 	// may be silent before the server pings it, and KeepaliveTimeout
@@ -168,7 +169,7 @@ type Server struct {
 	timeout     time.Duration // RequestTimeout
 	maxRequests int64
 	errBusy     error // the answer over maxRequests
-	dog         *watchdog
+	dog         *h2watch.Watchdog
 	grpc        *grpc.Server
 	health      *health.Server
 	stopped     chan struct{} // closed once the health service says NOT_SERVING
@@ -192,7 +193,7 @@ func New(t Table, cfg Config) *Server {
 	s := &Server{table: t, limiter: cfg.Limiter, now: cfg.Clock, timeout: cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout),
 		maxRequests: int64(cfg.MaxRequests), stopped: make(chan struct{})}
 	s.errBusy = status.Errorf(codes.ResourceExhausted, "rls: requests in progress: over %d", s.maxRequests)
-	s.dog = &watchdog{timeout: s.timeout}
+	s.dog = h2watch.New(s.timeout)
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -238,7 +239,7 @@ func (s *Server) SetOptions(unmatchedOK bool, chargeKey string) {
 // Stats returns the counters.
 func (s *Server) Stats() Stats {
 	return Stats{Stats: s.Server.Stats(), OK: s.ok.Load(), OverLimit: s.overLimit.Load(), Bad: s.bad.Load(),
-		Busy: s.busy.Load(), Stalled: s.dog.stalled.Load(),
+		Busy: s.busy.Load(), Stalled: s.dog.Stalled(),
 		DescriptorsOK: s.descOK.Load(), DescriptorsOverLimit: s.descOver.Load(), Charges: s.charge.Load()}
 }
 

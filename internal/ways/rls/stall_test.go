@@ -2,7 +2,6 @@ package rls
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -15,7 +14,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
@@ -23,9 +21,11 @@ import (
 
 // TestStalledClient: a client whose window does not let the answers be
 // written, from the start (a window of 0) or once some of an answer is
-// (10 bytes), has its connection closed, RequestTimeout after its
-// requests were taken and not before; the connection is counted, and
-// nothing of the answers is sent beyond the window.
+// (10 bytes), has its connection closed by the watchdog (package
+// h2watch, which tests the other ways a client stalls), RequestTimeout
+// after its requests were taken and not before; the connection is
+// counted in Stats, and nothing of the answers is sent beyond the
+// window.
 func TestStalledClient(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	for _, window := range []uint32{0, 10} {
@@ -63,100 +63,6 @@ func TestStalledClient(t *testing.T) {
 				t.Errorf("stats %+v, want 1 stalled connection, 3 requests decided", st)
 			}
 		})
-	}
-}
-
-// TestSpentConnectionWindow: a client that never opens the connection's
-// window again has its connection closed once the answers have spent it,
-// RequestTimeout after the answer that does not fit.
-func TestSpentConnectionWindow(t *testing.T) {
-	s, addr := startServer(t, newTable(t, bucket.Policy{Name: "d", Rate: 1, Burst: 1e6}), Config{RequestTimeout: 100 * time.Millisecond})
-	c := dialH2(t, addr)
-	req := &rlsv3.RateLimitRequest{Domain: "api"}
-	for i := range MaxDescriptors {
-		req.Descriptors = append(req.Descriptors, desc("key=value-"+strconv.Itoa(i)))
-	}
-	data, answers := 0, 0
-	for id := uint32(1); ; id += 2 {
-		if id > 201 {
-			t.Fatalf("%d answers, %d bytes: the connection's window was never spent", answers, data)
-		}
-		c.request(id, req)
-		f, err := c.nextEnd(id, &data)
-		if err != nil {
-			break
-		}
-		if f.StreamEnded() {
-			answers++
-		}
-	}
-	if data > defaultWindow || data < defaultWindow-8<<10 {
-		t.Errorf("%d bytes of answers sent, want the connection's window, %d, nearly spent", data, defaultWindow)
-	}
-	poll(t, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
-	if st := s.Stats(); st.Stalled != 1 || st.OK != uint64(answers)+1 {
-		t.Errorf("stats %+v, want 1 stalled connection, %d requests decided", st, answers+1)
-	}
-}
-
-// TestReaderGone: a client that opens its windows but reads nothing has
-// the connection closed once the server's writes, blocked on the full
-// socket, have waited RequestTimeout.
-func TestReaderGone(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	s := New(newTable(t, bucket.Policy{Name: "d", Rate: 1, Burst: 1e6}), Config{RequestTimeout: 100 * time.Millisecond})
-	serveOn(t, s, smallBuffers{l})
-	c, err := net.Dial("tcp", l.Addr().String())
-	must(t, err)
-	defer c.Close()
-	c.(*net.TCPConn).SetReadBuffer(4 << 10)
-	h := newH2(t, c, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
-	must(t, h.fr.WriteWindowUpdate(0, 1<<31-1-defaultWindow))
-	req := &rlsv3.RateLimitRequest{Domain: "api"}
-	for i := range MaxDescriptors {
-		req.Descriptors = append(req.Descriptors, desc("key=value-"+strconv.Itoa(i)))
-	}
-	// 100 answers of some 5 KiB each: more than the sockets hold.
-	c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	for id := uint32(1); id < 200; id += 2 {
-		if err := h.send(id, req); err != nil {
-			break // the server closed it, or stopped reading
-		}
-	}
-	poll(t, "the connection to be closed", func() bool { return s.Stats().Active == 0 })
-	if st := s.Stats(); st.Stalled != 1 {
-		t.Errorf("stats %+v, want 1 stalled connection", st)
-	}
-}
-
-// smallBuffers is a listener whose connections have a small send buffer,
-// so that a client that reads nothing blocks the server's writes soon.
-type smallBuffers struct{ net.Listener }
-
-func (l smallBuffers) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		c.(*net.TCPConn).SetWriteBuffer(4 << 10)
-	}
-	return c, err
-}
-
-// TestLastingWatch: a health watch outlives RequestTimeout many times
-// over while its client reads: the watchdog checks it again and again and
-// leaves it be.
-func TestLastingWatch(t *testing.T) {
-	s, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{RequestTimeout: 20 * time.Millisecond})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	w, err := healthpb.NewHealthClient(dialConn(t, addr)).Watch(ctx, &healthpb.HealthCheckRequest{Service: ServiceName})
-	must(t, err)
-	if r, err := w.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("Watch: %v, %v; want SERVING", r, err)
-	}
-	poll(t, "the watch to be checked 5 times", func() bool { return s.dog.lasting.Load() >= 5 })
-	if st := s.Stats(); st.Stalled != 0 || st.Active != 1 {
-		t.Errorf("stats %+v, want the watch's connection open, none stalled", st)
 	}
 }
 

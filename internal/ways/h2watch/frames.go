@@ -1,4 +1,4 @@
-package rls
+package h2watch
 
 import (
 	"encoding/binary"
@@ -7,7 +7,7 @@ import (
 )
 
 // This file follows the HTTP/2 frames of a connection's bytes, in either
-// direction, for the watchdog (stall.go): the gRPC server reads and
+// direction, for the watchdog (watchdog.go): the gRPC server reads and
 // writes whole frames, but the connection's reads and writes split them
 // anywhere, so a frameScanner keeps its place across calls. It reads
 // only what the watchdog needs: each frame's header, and the values of

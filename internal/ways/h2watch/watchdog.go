@@ -1,4 +1,28 @@
-package rls
+// Package h2watch bounds what an HTTP/2 client that never lets the
+// server answer can hold: a [Watchdog] watches each connection a gRPC
+// server serves, reading its frames as they pass (frames.go), and closes
+// a connection whose stream cannot be answered within a timeout, or
+// whose writes block that long. Every gRPC way in (the rate limit
+// service, Gubernator's API) watches its connections with one.
+//
+// The gRPC server queues a reply's message until the client's
+// flow-control window lets it be sent, and holds the stream, counted
+// against its streams per connection, until then: a client that never
+// opens its window (an HTTP/2 SETTINGS of INITIAL_WINDOW_SIZE 0, or no
+// WINDOW_UPDATE once it is spent) would hold every stream it opens, and
+// their memory, for as long as the connection lives. Nothing in gRPC-Go
+// bounds that time, so the watchdog keeps the client's windows as the
+// server spends and the client opens them.
+//
+// The deadline: a stream not ended within the timeout of its request
+// while the window it needs is spent (the stream's or the connection's)
+// closes the connection. A stream still open with window to spare is one
+// that lasts (a health watch): it is checked again every timeout, and
+// closes the connection in the same way if it is ever found stuck. And a
+// write to the connection that does not finish within the timeout fails,
+// which closes it: a client that reads nothing at all fills the socket's
+// buffers and blocks the writes, window or not.
+package h2watch
 
 import (
 	"encoding/binary"
@@ -13,41 +37,51 @@ import (
 	"golang.org/x/net/http2"
 )
 
-// This file owns the watchdog on each connection: the deadline by which
-// a request must be answered, whatever the client does. The gRPC server
-// queues a reply's message until the client's flow-control window lets
-// it be sent, and holds the stream, counted against MaxStreams, until
-// then: a client that never opens its window (an HTTP/2 SETTINGS of
-// INITIAL_WINDOW_SIZE 0, or no WINDOW_UPDATE once it is spent) would hold
-// every stream it opens, and their memory, for as long as the connection
-// lives. Nothing in gRPC-Go bounds that time, so the watchdog reads the
-// connection's frames as they pass (frames.go) and keeps the client's
-// windows as the server spends and the client opens them.
-//
-// The deadline: a stream not ended within RequestTimeout of its request
-// while the window it needs is spent (the stream's or the connection's)
-// closes the connection. A stream still open with window to spare is one
-// that lasts (a health watch): it is checked again every RequestTimeout,
-// and closes the connection in the same way if it is ever found stuck.
-// And a write to the connection that does not finish within
-// RequestTimeout fails, which closes it: a client that reads nothing at
-// all fills the socket's buffers and blocks the writes, window or not.
-
-// watchdog is what a server's watched connections share: the deadline,
-// and the counts across them all. It is safe for concurrent use.
-type watchdog struct {
-	timeout time.Duration // RequestTimeout
+// Watchdog is what the connections it watches share: the deadline, and
+// the counts across them all. Create it with New. It is safe for
+// concurrent use; the zero Watchdog is not usable.
+type Watchdog struct {
+	timeout time.Duration
 	open    atomic.Int64  // streams open on every connection: requests in progress
 	stalled atomic.Uint64 // connections closed for a stream that could not be answered
 	lasting atomic.Uint64 // checks that found a stream past its deadline with window to spare (tests read it)
 }
 
-// watchedConn is a connection of the rate limit service, watched. It is
+// New returns a Watchdog whose connections must answer each request, and
+// finish each write, within timeout.
+func New(timeout time.Duration) *Watchdog {
+	if timeout <= 0 {
+		panic("h2watch: timeout must be > 0")
+	}
+	return &Watchdog{timeout: timeout}
+}
+
+// Stalled is the number of connections closed because a stream could
+// not be answered, or a write finished, within the timeout.
+func (w *Watchdog) Stalled() uint64 { return w.stalled.Load() }
+
+// Streams is the number of streams open on the connections watched: the
+// requests in progress, from their headers until their answer is written.
+func (w *Watchdog) Streams() int64 { return w.open.Load() }
+
+// Watch returns nc watched, to be handed to the HTTP/2 server in its
+// place (its first bytes read are the client's preface). done is closed
+// when the server's stop begins: from then on the watchdog no longer
+// sets write deadlines, so that a stop that cuts the connection off is
+// not undone. Closing the connection returned ends its watch.
+func (w *Watchdog) Watch(nc net.Conn, done <-chan struct{}) net.Conn {
+	c := &watchedConn{Conn: nc, dog: w, done: done, goAway: math.MaxUint32, initial: defaultWindow, window: defaultWindow}
+	c.in.skip = len(http2.ClientPreface)
+	c.onIn, c.onOut = c.received, c.sent
+	return c
+}
+
+// watchedConn is a connection, watched. It is
 // safe for concurrent use: the gRPC server reads from one goroutine and
 // writes from another while the watchdog's timer fires in a third.
 type watchedConn struct {
 	net.Conn
-	dog  *watchdog
+	dog  *Watchdog
 	done <-chan struct{} // closed when the stop begins
 
 	mu      sync.Mutex
@@ -70,20 +104,12 @@ type watchedConn struct {
 type stream struct {
 	id     uint32
 	window int64     // what the client lets the server send on it
-	due    time.Time // when it is checked: RequestTimeout after it was opened, then after each check
+	due    time.Time // when it is checked: the timeout after it was opened, then after each check
 }
 
 // defaultWindow is an HTTP/2 window before the client's SETTINGS or
 // WINDOW_UPDATE change it.
 const defaultWindow = 65535
-
-// watch returns nc watched by dog; done is closed when the stop begins.
-func (dog *watchdog) watch(nc net.Conn, done <-chan struct{}) *watchedConn {
-	c := &watchedConn{Conn: nc, dog: dog, done: done, goAway: math.MaxUint32, initial: defaultWindow, window: defaultWindow}
-	c.in.skip = len(http2.ClientPreface)
-	c.onIn, c.onOut = c.received, c.sent
-	return c
-}
 
 // Read reads from the connection and follows the client's frames.
 func (c *watchedConn) Read(p []byte) (int, error) {
@@ -97,7 +123,7 @@ func (c *watchedConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Write writes to the connection within RequestTimeout, and follows the
+// Write writes to the connection within the timeout, and follows the
 // server's frames. Once the stop began, the deadline is left as it is,
 // so that a stop that cuts the connection off is not undone.
 func (c *watchedConn) Write(p []byte) (int, error) {
@@ -213,7 +239,7 @@ func (c *watchedConn) sent(f frame, v []byte) {
 	}
 }
 
-// open adds a stream the client opened, due RequestTimeout from now, and
+// open adds a stream the client opened, due the timeout from now, and
 // arms the timer if it is not. The streams open before it are due no
 // later, so an armed timer fires in time for it. Called with c.mu held.
 func (c *watchedConn) open(id uint32) {

@@ -1,4 +1,4 @@
-package rls
+package h2watch
 
 import (
 	"bytes"
