@@ -38,7 +38,7 @@
 # grpc-go spends on a call. RUNS rounds, the order of the systems swapped
 # every round; the table gives medians.
 #
-#   bench/gubernator.sh                       # about a minute and a half
+#   bench/gubernator.sh                       # about two minutes
 #   RUNS=3 DURATION=10s ACC_DURATION=20s bench/gubernator.sh
 #   BATCH=100 ACCURACY=0 bench/gubernator.sh  # 100 rate limits a call,
 #                                             # throughput only
@@ -108,7 +108,7 @@ if [ -z "${GUBERNATOR_BENCH_TMP:-}" ]; then
 		go build -o "$tmp/dthrottled" ./cmd/dthrottled
 	fi
 	GUBERNATOR_BENCH_TMP=$tmp GUBERNATOR_VERSION=$GUBERNATOR_VERSION \
-		unshare --user --map-root-user --net -- bash "$0" "$@"
+		unshare --user --map-root-user --net -- bash bench/gubernator.sh "$@"
 	exit
 fi
 
