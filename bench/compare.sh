@@ -70,10 +70,7 @@ done
 [ -S "$tmp/d.sock" ] || { cat "$tmp/dthrottled.log" >&2; echo "compare.sh: dthrottled did not start" >&2; exit 1; }
 [ -S "$tmp/r.sock" ] || { cat "$tmp/redis.log" >&2; echo "compare.sh: redis-server did not start" >&2; exit 1; }
 
-# CPU time the hypervisor gave other guests ("steal", the 8th field of the
-# cpu line of /proc/stat), and all CPU time, in clock ticks.
-cpu_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t }' /proc/stat; }
-read -r steal0 total0 < <(cpu_ticks)
+bench_steal_start
 
 echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), $(redis-server --version | cut -d' ' -f3)"
 echo "# dthrottled: rate $RATE, burst $BURST, max_tags $MAX_TAGS; redis: the same bucket in Lua (cmd/dthrottle-load/leaky_bucket.lua)"
@@ -82,11 +79,8 @@ echo
 	-redis "unix:$tmp/r.sock" -redis-pid "$rpid" -runs "$RUNS" -duration "$DURATION" \
 	-big "$TAGS" -rate "$RATE" -burst "$BURST" "$@"
 
-read -r steal1 total1 < <(cpu_ticks)
 echo
-awk -v s="$((steal1 - steal0))" -v t="$((total1 - total0))" 'BEGIN {
-	printf "CPU time stolen by the hypervisor during the run: %.1f%%\n", (t > 0 ? 100 * s / t : 0)
-}'
+bench_steal ""
 
 # gctrace lines: "gc N @T s P%: A+B+C ms clock, ...": A and C stop the world.
 echo

@@ -49,6 +49,32 @@ bench_await() {
 	done
 }
 
+# bench_steal_start notes the CPU time so far, all of it and what the
+# hypervisor gave other guests ("steal", the 8th field of the cpu line of
+# /proc/stat), in clock ticks; bench_steal PREFIX then prints, after
+# PREFIX, the share of CPU time stolen since.
+bench_steal_start() { read -r bench_steal0 bench_total0 < <(bench_cpu_ticks); }
+bench_steal() {
+	local steal1 total1
+	read -r steal1 total1 < <(bench_cpu_ticks)
+	awk -v p="$1" -v s="$((steal1 - bench_steal0))" -v t="$((total1 - bench_total0))" 'BEGIN {
+		printf "%sCPU time stolen by the hypervisor during the run: %.1f%%\n", p, (t > 0 ? 100 * s / t : 0)
+	}'
+}
+bench_cpu_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t }' /proc/stat; }
+
+# bench_order ROUND NAME... sets order to the NAMEs, reversed in even
+# rounds, so that no system always runs first.
+bench_order() {
+	local round=$1 i
+	shift
+	order=("$@")
+	if [ $((round % 2)) = 0 ]; then
+		order=()
+		for ((i = $#; i >= 1; i--)); do order+=("${!i}"); done
+	fi
+}
+
 # bench_wrk PORT runs wrk on the port's /hello.txt and sets rps, p99,
 # reqs and errs (non-2xx answers, empty if none) from its report.
 bench_wrk() {

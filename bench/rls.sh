@@ -212,15 +212,11 @@ echo "# $(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/
 echo "# reference: $RLS_REF_MODULE@$RLS_REF_VERSION on redis-server; $TRANSPORT; $INFLIGHT calls in flight on one connection, $VALUES values, $RUNS rounds of $DURATION"
 echo
 
-# CPU time the hypervisor gave other guests ("steal", the 8th field of the
-# cpu line of /proc/stat), and all CPU time, in clock ticks.
-cpu_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t }' /proc/stat; }
-read -r steal0 total0 < <(cpu_ticks)
+bench_steal_start
 
 : >"$tmp/results"
 for round in $(seq "$RUNS"); do
-	order=("${systems[@]}")
-	if [ $((round % 2)) = 0 ]; then order=(); for ((i = ${#systems[@]} - 1; i >= 0; i--)); do order+=("${systems[$i]}"); done; fi
+	bench_order "$round" "${systems[@]}"
 	for key in open tight; do
 		for sys in "${order[@]}"; do
 			case $sys in
@@ -234,11 +230,8 @@ for round in $(seq "$RUNS"); do
 	done
 done
 
-read -r steal1 total1 < <(cpu_ticks)
 echo
-awk -v s="$((steal1 - steal0))" -v t="$((total1 - total0))" 'BEGIN {
-	printf "# CPU time stolen by the hypervisor during the run: %.1f%%\n", (t > 0 ? 100 * s / t : 0)
-}'
+bench_steal "# "
 
 # Medians per system and limit, then the table.
 echo

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	guber "github.com/gubernator-io/gubernator/v2"
+)
+
+// Load is one throughput measurement: Inflight goroutines, each calling
+// GetRateLimits with one call at a time, the calls of each going round
+// robin over the addresses, each call asking about Batch consecutive
+// keys, taken in turn from Keys.
+type Load struct {
+	common
+	Keys     int
+	Batch    int // rate limits per call
+	Inflight int
+	Conns    int // clients per address
+	Warmup   time.Duration
+	Duration time.Duration
+	Pids     []int // server processes whose CPU time is measured
+}
+
+// Result is what a Load measured in its window.
+type Result struct {
+	Decisions uint64 // rate limits answered without error
+	Under     uint64 // of them UNDER_LIMIT
+	Errors    uint64 // rate limits answered with an error, or not answered
+	FirstErr  string // the first such error, for the record
+	Elapsed   time.Duration
+	P50, P99  time.Duration // of one call
+	ServerCPU time.Duration // used by the processes of Pids together
+	LoadCPU   time.Duration // used by this process
+}
+
+// Rate is the decisions a second.
+func (r Result) Rate() float64 { return float64(r.Decisions) / r.Elapsed.Seconds() }
+
+type worker struct {
+	decisions, under, errors uint64
+	firstErr                 string
+	rtt                      []time.Duration
+}
+
+// Run performs l.
+func (l Load) Run() (Result, error) {
+	if l.Keys < 1 || l.Inflight < 1 || l.Batch < 1 || l.Batch > l.Keys {
+		return Result{}, errors.New("keys, inflight and batch must be >= 1, batch at most keys")
+	}
+	clients, err := l.dial(l.Conns)
+	if err != nil {
+		return Result{}, err
+	}
+	// Every request is built before the load, so that the load tool
+	// spends nothing per call but the call.
+	name := "bench-" + strings.ToLower(l.behavior.String())
+	reqs := make([]*guber.GetRateLimitsReq, l.Keys/l.Batch)
+	for i := range reqs {
+		keys := make([]string, l.Batch)
+		for j := range keys {
+			keys[j] = "k" + strconv.Itoa(i*l.Batch+j)
+		}
+		reqs[i] = l.request(name, keys...)
+	}
+
+	var measuring, stop atomic.Bool
+	workers := make([]worker, l.Inflight)
+	errs := make(chan error, l.Inflight)
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.Background(), l.Warmup+l.Duration+30*time.Second)
+	defer cancel()
+	for w := range l.Inflight {
+		wg.Go(func() {
+			st := &workers[w]
+			key := w * len(reqs) / l.Inflight
+			for i := w; !stop.Load(); i++ {
+				t0 := time.Now()
+				resp, err := clients[i%len(clients)].GetRateLimits(ctx, reqs[key])
+				if err != nil {
+					errs <- err
+					return
+				}
+				if key++; key == len(reqs) {
+					key = 0
+				}
+				if !measuring.Load() {
+					continue
+				}
+				st.rtt = append(st.rtt, time.Since(t0))
+				r := resp.GetResponses()
+				st.errors += uint64(max(l.Batch-len(r), 0))
+				for _, a := range r {
+					switch {
+					case a.GetError() != "":
+						if st.errors++; st.firstErr == "" {
+							st.firstErr = a.GetError()
+						}
+					case a.GetStatus() == guber.Status_UNDER_LIMIT:
+						st.under++
+						st.decisions++
+					default:
+						st.decisions++
+					}
+				}
+			}
+		})
+	}
+	fail := func(err error) (Result, error) {
+		stop.Store(true)
+		cancel()
+		wg.Wait()
+		return Result{}, err
+	}
+	select {
+	case err := <-errs:
+		return fail(err)
+	case <-time.After(l.Warmup):
+	}
+	server0, load0, err := l.cpu()
+	if err != nil {
+		return fail(err)
+	}
+	start := time.Now()
+	measuring.Store(true)
+	select {
+	case err := <-errs:
+		return fail(err)
+	case <-time.After(l.Duration):
+	}
+	measuring.Store(false)
+	elapsed := time.Since(start)
+	server1, load1, err := l.cpu()
+	if err != nil {
+		return fail(err)
+	}
+	stop.Store(true)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return Result{}, err
+	default:
+	}
+	res := Result{Elapsed: elapsed, ServerCPU: server1 - server0, LoadCPU: load1 - load0}
+	var rtt []time.Duration
+	for i := range workers {
+		res.Decisions += workers[i].decisions
+		res.Under += workers[i].under
+		res.Errors += workers[i].errors
+		res.FirstErr = cmp.Or(res.FirstErr, workers[i].firstErr)
+		rtt = append(rtt, workers[i].rtt...)
+	}
+	res.P50, res.P99 = quantile(rtt, 0.5), quantile(rtt, 0.99)
+	return res, nil
+}
+
+// cpu returns the CPU time used so far by the processes of l.Pids
+// together, and by this one.
+func (l Load) cpu() (server, load time.Duration, err error) {
+	for _, p := range l.Pids {
+		c, err := cpuTime(p)
+		if err != nil {
+			return 0, 0, err
+		}
+		server += c
+	}
+	load, err = cpuTime(os.Getpid())
+	return server, load, err
+}
+
+// quantile returns the q-quantile of d (sorting d), 0 when d is empty.
+func quantile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	i := int(q*float64(len(d))+0.999999) - 1
+	return d[min(max(i, 0), len(d)-1)]
+}
+
+// clockTicks is the unit of /proc/PID/stat's times (USER_HZ), 100 on
+// every architecture Linux runs on.
+const clockTicks = 100
+
+// cpuTime returns the user and system CPU time process pid has used.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: count fields
+	// after its closing parenthesis. utime and stime are fields 14 and 15.
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
