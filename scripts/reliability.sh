@@ -8,8 +8,9 @@
 #      tags and evictions printed every 500,000 tags;
 #   2. every fuzz target for FUZZTIME each (default 60s; a bare number is
 #      seconds, "500000x" a count): FuzzParse (./internal/config), FuzzLineReader
-#      and FuzzConn (./internal/ways/protocol), FuzzDecode (./internal/gossip), FuzzDecode
-#      (./internal/ways/hapeers).
+#      and FuzzConn (./internal/ways/protocol), FuzzParseQuery
+#      (./internal/ways/httpapi), FuzzFrames (./internal/ways/spoe), FuzzDecode
+#      (./internal/gossip/wire, ./internal/state, ./internal/ways/hapeers).
 #
 # A crasher the fuzzer finds is saved in <package>/testdata/fuzz/<target>/,
 # where plain `go test` replays it from then on: fix the defect and commit
@@ -43,7 +44,9 @@ if [ -z "${SKIP_FLOOD:-}" ]; then
 	fi
 fi
 
-for target in config:FuzzParse protocol:FuzzLineReader protocol:FuzzConn gossip:FuzzDecode internal/ways/hapeers:FuzzDecode; do
+for target in internal/config:FuzzParse internal/ways/protocol:FuzzLineReader internal/ways/protocol:FuzzConn \
+	internal/ways/httpapi:FuzzParseQuery internal/ways/spoe:FuzzFrames internal/gossip/wire:FuzzDecode \
+	internal/state:FuzzDecode internal/ways/hapeers:FuzzDecode; do
 	pkg=${target%%:*} name=${target#*:}
 	dir=$pkg/testdata/fuzz/$name
 	echo "== fuzzing $name in ./$pkg for $fuzztime"
