@@ -17,23 +17,29 @@ import (
 // listen opens the configured Unix and TCP listeners of the line
 // protocol's way in w. On error, nothing is left open.
 func (d *Daemon) listen(w *way, cfg config.Listen) error {
+	// TCP first: a client that sees the Unix socket answer (a readiness
+	// check, a test) finds the TCP port bound too.
+	if cfg.TCP != "" {
+		l, err := net.Listen("tcp", cfg.TCP)
+		if err != nil {
+			return fmt.Errorf("%s (listen.tcp): listening on tcp %s: %w", w.name, cfg.TCP, err)
+		}
+		w.listeners = append(w.listeners, NamedListener{l, "tcp"})
+	}
 	if cfg.Unix != "" {
 		c := config.Config{Listen: cfg}
 		mode := c.UnixModeBits()
 		l, lock, err := listenUnix(cfg.Unix, mode, cfg.UnixGroup)
 		if err != nil {
+			w.abandon()
 			return fmt.Errorf("%s (listen.unix): %w", w.name, err)
 		}
-		w.listeners, w.lock = append(w.listeners, NamedListener{l, "unix"}), lock
+		// The Unix socket first in the list, as the addresses are shown.
+		w.listeners, w.lock = append([]NamedListener{{l, "unix"}}, w.listeners...), lock
 		d.log.Info("listening", "unix", cfg.Unix, "mode", fmt.Sprintf("%#o", mode), "group", cfg.UnixGroup)
 	}
 	if cfg.TCP != "" {
-		l, err := net.Listen("tcp", cfg.TCP)
-		if err != nil {
-			w.abandon()
-			return fmt.Errorf("%s (listen.tcp): listening on tcp %s: %w", w.name, cfg.TCP, err)
-		}
-		w.listeners = append(w.listeners, NamedListener{l, "tcp"})
+		l := w.listeners[len(w.listeners)-1]
 		d.log.Info("listening", "tcp", l.Addr().String())
 		if ta, ok := l.Addr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
 			d.log.Warn("tcp listener is reachable from other hosts: anyone who can connect can spend tags", "tcp", l.Addr().String())
