@@ -1,17 +1,13 @@
 package gubernator
 
 import (
-	"bytes"
-	"encoding/binary"
-	"io"
-	"net"
 	"testing"
 	"time"
 
 	guber "github.com/gubernator-io/gubernator/v2"
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 )
 
 // TestStalledClient: a gRPC client that announces a window of 0, so that
@@ -22,47 +18,19 @@ import (
 func TestStalledClient(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	s, grpcAddr, _ := startServer(t, counting(3), Config{RequestTimeout: timeout})
-	c, err := net.Dial("tcp", grpcAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	fr := http2.NewFramer(c, c)
-	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	io.WriteString(c, http2.ClientPreface)
-	fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
-	b, err := proto.Marshal(&guber.GetRateLimitsReq{Requests: []*guber.RateLimitReq{
-		{Name: "n", UniqueKey: "k", Hits: 1, Limit: 3, Duration: 1000}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var hb bytes.Buffer
-	enc := hpack.NewEncoder(&hb)
+	c := h2test.Dial(t, grpcAddr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	req := &guber.GetRateLimitsReq{Requests: []*guber.RateLimitReq{{Name: "n", UniqueKey: "k", Hits: 1, Limit: 3, Duration: 1000}}}
 	start := time.Now()
 	for id := uint32(1); id <= 5; id += 2 {
-		hb.Reset()
-		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "gubernator"},
-			{":path", guber.V1_GetRateLimits_FullMethodName}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
-			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-		}
-		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true})
-		fr.WriteData(id, true, append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b))), b...))
+		c.Call(id, guber.V1_GetRateLimits_FullMethodName, req)
 	}
 	for {
-		f, err := fr.ReadFrame()
+		f, err := c.Next()
 		if err != nil {
 			break
 		}
-		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				fr.WriteSettingsAck()
-			}
-		case *http2.MetaHeadersFrame:
-			if f.StreamEnded() {
-				t.Fatalf("stream %d ended: %v", f.StreamID, f.Fields)
-			}
+		if f, ok := f.(*http2.MetaHeadersFrame); ok && f.StreamEnded() {
+			t.Fatalf("stream %d ended: %v", f.StreamID, f.Fields)
 		}
 	}
 	if took := time.Since(start); took < timeout {

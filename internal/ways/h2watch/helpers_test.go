@@ -3,15 +3,10 @@ package h2watch
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
-	"errors"
-	"io"
 	"net"
 	"testing"
 	"time"
 
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -82,106 +77,8 @@ func startServer(t testing.TB, timeout time.Duration, l net.Listener) (*Watchdog
 	return dog, l.Addr().String()
 }
 
-// h2Conn is an HTTP/2 client connection written frame by frame.
-type h2Conn struct {
-	t   testing.TB
-	c   net.Conn
-	fr  *http2.Framer
-	enc *hpack.Encoder
-	hb  bytes.Buffer
-}
-
-// dialH2 connects to addr and sends the preface with settings.
-func dialH2(t testing.TB, addr string, settings ...http2.Setting) *h2Conn {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	must(t, err)
-	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	return newH2(t, c, settings...)
-}
-
-func newH2(t testing.TB, c net.Conn, settings ...http2.Setting) *h2Conn {
-	t.Helper()
-	h := &h2Conn{t: t, c: c, fr: http2.NewFramer(c, c)}
-	h.enc = hpack.NewEncoder(&h.hb)
-	h.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	_, err := io.WriteString(c, http2.ClientPreface)
-	must(t, err)
-	must(t, h.fr.WriteSettings(settings...))
-	return h
-}
-
-// request sends an echo of n bytes on stream id, failing the test on an
-// error.
-func (h *h2Conn) request(id uint32, n int) {
-	h.t.Helper()
-	must(h.t, h.send(id, n))
-}
-
-// send sends an echo of n bytes on stream id: its headers, then its
-// message.
-func (h *h2Conn) send(id uint32, n int) error {
-	b, err := proto.Marshal(wrapperspb.Bytes(bytes.Repeat([]byte("e"), n)))
-	must(h.t, err)
-	h.hb.Reset()
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "h2watch"},
-		{":path", echoMethod}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
-		h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
-	if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hb.Bytes(), EndHeaders: true}); err != nil {
-		return err
-	}
-	return h.fr.WriteData(id, true, append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b))), b...))
-}
-
-// next returns the server's next frame, having acknowledged its SETTINGS
-// and PINGs; an error once the connection ends.
-func (h *h2Conn) next() (http2.Frame, error) {
-	for {
-		f, err := h.fr.ReadFrame()
-		if err != nil {
-			return nil, err
-		}
-		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				h.fr.WriteSettingsAck()
-			}
-			continue
-		case *http2.PingFrame:
-			if !f.IsAck() {
-				h.fr.WritePing(true, f.Data)
-			}
-			continue
-		}
-		return f, nil
-	}
-}
-
-// nextEnd reads until stream id's last headers (its trailers, or headers
-// that end it at once), adding the DATA bytes read to *data; an error
-// once the connection ends.
-func (h *h2Conn) nextEnd(id uint32, data *int) (*http2.MetaHeadersFrame, error) {
-	for {
-		f, err := h.next()
-		if err != nil {
-			return nil, err
-		}
-		switch f := f.(type) {
-		case *http2.DataFrame:
-			*data += int(f.Length)
-		case *http2.MetaHeadersFrame:
-			if f.StreamID == id && f.StreamEnded() {
-				return f, nil
-			}
-		case *http2.RSTStreamFrame:
-			if f.StreamID == id {
-				return nil, errors.New("stream reset: " + f.ErrCode.String())
-			}
-		}
-	}
-}
+// echo is the echo call's message of n bytes.
+func echo(n int) proto.Message { return wrapperspb.Bytes(bytes.Repeat([]byte("e"), n)) }
 
 // dialConn is a gRPC client connection to addr, closed when the test
 // ends.

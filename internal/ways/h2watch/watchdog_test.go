@@ -9,6 +9,8 @@ import (
 
 	"golang.org/x/net/http2"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 )
 
 // TestStalledClient: a client whose window does not let the answers be
@@ -21,14 +23,14 @@ func TestStalledClient(t *testing.T) {
 	for _, window := range []uint32{0, 10} {
 		t.Run("window "+strconv.Itoa(int(window)), func(t *testing.T) {
 			dog, addr := startServer(t, timeout, nil)
-			c := dialH2(t, addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: window})
+			c := h2test.Dial(t, addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: window})
 			start := time.Now()
 			for id := uint32(1); id <= 5; id += 2 {
-				c.request(id, 100)
+				c.Call(id, echoMethod, echo(100))
 			}
 			answered, data := 0, 0
 			for {
-				f, err := c.next()
+				f, err := c.Next()
 				if err != nil {
 					break
 				}
@@ -61,14 +63,14 @@ func TestStalledClient(t *testing.T) {
 // the timeout after the answer that does not fit.
 func TestSpentConnectionWindow(t *testing.T) {
 	dog, addr := startServer(t, 100*time.Millisecond, nil)
-	c := dialH2(t, addr)
+	c := h2test.Dial(t, addr)
 	data, answers := 0, 0
 	for id := uint32(1); ; id += 2 {
 		if id > 201 {
 			t.Fatalf("%d answers, %d bytes: the connection's window was never spent", answers, data)
 		}
-		c.request(id, 5<<10)
-		f, err := c.nextEnd(id, &data)
+		c.Call(id, echoMethod, echo(5<<10))
+		f, err := c.NextEnd(id, &data)
 		if err != nil {
 			break
 		}
@@ -96,12 +98,12 @@ func TestReaderGone(t *testing.T) {
 	must(t, err)
 	defer c.Close()
 	c.(*net.TCPConn).SetReadBuffer(4 << 10)
-	h := newH2(t, c, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
-	must(t, h.fr.WriteWindowUpdate(0, 1<<31-1-defaultWindow))
+	h := h2test.New(t, c, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
+	must(t, h.WindowUpdate(0, 1<<31-1-defaultWindow))
 	// 100 answers of 5 KiB each: more than the sockets hold.
 	c.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	for id := uint32(1); id < 200; id += 2 {
-		if err := h.send(id, 5<<10); err != nil {
+		if err := h.Send(id, echoMethod, echo(5<<10)); err != nil {
 			break // the server closed it, or stopped reading
 		}
 	}
@@ -143,11 +145,11 @@ func TestLastingWatch(t *testing.T) {
 // nothing counted.
 func TestAnswered(t *testing.T) {
 	dog, addr := startServer(t, time.Second, nil)
-	c := dialH2(t, addr)
+	c := h2test.Dial(t, addr)
 	data := 0
 	for id := uint32(1); id <= 9; id += 2 {
-		c.request(id, 100)
-		if _, err := c.nextEnd(id, &data); err != nil {
+		c.Call(id, echoMethod, echo(100))
+		if _, err := c.NextEnd(id, &data); err != nil {
 			t.Fatalf("stream %d: %v", id, err)
 		}
 	}

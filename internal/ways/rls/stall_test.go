@@ -1,11 +1,6 @@
 package rls
 
 import (
-	"bytes"
-	"encoding/binary"
-	"errors"
-	"io"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -13,10 +8,9 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 )
 
 // TestStalledClient: a client whose window does not let the answers be
@@ -31,14 +25,14 @@ func TestStalledClient(t *testing.T) {
 	for _, window := range []uint32{0, 10} {
 		t.Run("window "+strconv.Itoa(int(window)), func(t *testing.T) {
 			s, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{RequestTimeout: timeout})
-			c := dialH2(t, addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: window})
+			c := h2test.Dial(t, addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: window})
 			start := time.Now()
 			for id := uint32(1); id <= 5; id += 2 {
-				c.request(id, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k=v")}})
+				c.Call(id, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k=v")}})
 			}
 			answered, data := 0, 0
 			for {
-				f, err := c.next()
+				f, err := c.Next()
 				if err != nil {
 					break
 				}
@@ -71,18 +65,18 @@ func TestStalledClient(t *testing.T) {
 // is closed, the service answers again.
 func TestMaxRequests(t *testing.T) {
 	s, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{MaxRequests: 2, RequestTimeout: 100 * time.Millisecond})
-	c := dialH2(t, addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	c := h2test.Dial(t, addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
 	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k=v")}}
-	c.request(1, req)
-	c.request(3, req)
+	c.Call(1, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, req)
+	c.Call(3, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, req)
 	poll(t, "two requests to be decided", func() bool { return s.Stats().OK == 2 })
-	c.request(5, req)
+	c.Call(5, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, req)
 	var data int
-	f, err := c.nextEnd(5, &data)
+	f, err := c.NextEnd(5, &data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := headerValue(f, "grpc-status"); got != "8" || !f.StreamEnded() {
+	if got := h2test.HeaderValue(f, "grpc-status"); got != "8" || !f.StreamEnded() {
 		t.Errorf("the third request: grpc-status %q, ended %v; want 8 (RESOURCE_EXHAUSTED), ended", got, f.StreamEnded())
 	}
 	poll(t, "the stalled connection to be closed", func() bool { return s.Stats().Active == 0 })
@@ -92,113 +86,4 @@ func TestMaxRequests(t *testing.T) {
 	if st := s.Stats(); st.Busy != 1 || st.Stalled != 1 || st.OK != 3 {
 		t.Errorf("stats %+v, want 1 busy, 1 stalled, 3 decided", st)
 	}
-}
-
-// h2Conn is an HTTP/2 client connection written frame by frame.
-type h2Conn struct {
-	t   testing.TB
-	c   net.Conn
-	fr  *http2.Framer
-	enc *hpack.Encoder
-	hb  bytes.Buffer
-}
-
-// dialH2 connects to addr and sends the preface with settings.
-func dialH2(t testing.TB, addr string, settings ...http2.Setting) *h2Conn {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	must(t, err)
-	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	return newH2(t, c, settings...)
-}
-
-func newH2(t testing.TB, c net.Conn, settings ...http2.Setting) *h2Conn {
-	t.Helper()
-	h := &h2Conn{t: t, c: c, fr: http2.NewFramer(c, c)}
-	h.enc = hpack.NewEncoder(&h.hb)
-	h.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	_, err := io.WriteString(c, http2.ClientPreface)
-	must(t, err)
-	must(t, h.fr.WriteSettings(settings...))
-	return h
-}
-
-// request sends req on stream id, failing the test on an error.
-func (h *h2Conn) request(id uint32, req *rlsv3.RateLimitRequest) {
-	h.t.Helper()
-	must(h.t, h.send(id, req))
-}
-
-// send sends req on stream id: its headers, then its message.
-func (h *h2Conn) send(id uint32, req *rlsv3.RateLimitRequest) error {
-	b, err := proto.Marshal(req)
-	must(h.t, err)
-	h.hb.Reset()
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "rls"},
-		{":path", rlsv3.RateLimitService_ShouldRateLimit_FullMethodName}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
-		h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
-	if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hb.Bytes(), EndHeaders: true}); err != nil {
-		return err
-	}
-	return h.fr.WriteData(id, true, append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b))), b...))
-}
-
-// next returns the server's next frame, having acknowledged its SETTINGS
-// and PINGs; an error once the connection ends.
-func (h *h2Conn) next() (http2.Frame, error) {
-	for {
-		f, err := h.fr.ReadFrame()
-		if err != nil {
-			return nil, err
-		}
-		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				h.fr.WriteSettingsAck()
-			}
-			continue
-		case *http2.PingFrame:
-			if !f.IsAck() {
-				h.fr.WritePing(true, f.Data)
-			}
-			continue
-		}
-		return f, nil
-	}
-}
-
-// nextEnd reads until stream id's last headers (its trailers, or headers
-// that end it at once), adding the DATA bytes read to *data; an error
-// once the connection ends.
-func (h *h2Conn) nextEnd(id uint32, data *int) (*http2.MetaHeadersFrame, error) {
-	for {
-		f, err := h.next()
-		if err != nil {
-			return nil, err
-		}
-		switch f := f.(type) {
-		case *http2.DataFrame:
-			*data += int(f.Length)
-		case *http2.MetaHeadersFrame:
-			if f.StreamID == id && f.StreamEnded() {
-				return f, nil
-			}
-		case *http2.RSTStreamFrame:
-			if f.StreamID == id {
-				return nil, errors.New("stream reset: " + f.ErrCode.String())
-			}
-		}
-	}
-}
-
-// headerValue is the value of field name in f, "" if it has none.
-func headerValue(f *http2.MetaHeadersFrame, name string) string {
-	for _, hf := range f.Fields {
-		if hf.Name == name {
-			return hf.Value
-		}
-	}
-	return ""
 }

@@ -1,0 +1,147 @@
+// Package h2test is an HTTP/2 client written frame by frame, for the tests
+// of the gRPC ways in and their watchdog (package h2watch): it opens
+// streams with the windows a test chooses, sends a call's headers and
+// message, and reads the server's frames as they come, acknowledging its
+// SETTINGS and PINGs, so that a test can be the client that never reads.
+// A Conn is not safe for concurrent use.
+package h2test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/protobuf/proto"
+)
+
+// Conn is an HTTP/2 client connection written frame by frame.
+type Conn struct {
+	t   testing.TB
+	c   net.Conn
+	fr  *http2.Framer
+	enc *hpack.Encoder
+	hb  bytes.Buffer
+}
+
+// Dial connects to addr over TCP, with a deadline 10 s on, and sends the
+// preface with settings. The connection is closed when the test ends.
+func Dial(t testing.TB, addr string, settings ...http2.Setting) *Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return New(t, c, settings...)
+}
+
+// New sends the preface with settings on c.
+func New(t testing.TB, c net.Conn, settings ...http2.Setting) *Conn {
+	t.Helper()
+	h := &Conn{t: t, c: c, fr: http2.NewFramer(c, c)}
+	h.enc = hpack.NewEncoder(&h.hb)
+	h.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.fr.WriteSettings(settings...); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// Call sends a call of method (its full name, "/package.Service/Method")
+// with msg on stream id, failing the test on an error.
+func (h *Conn) Call(id uint32, method string, msg proto.Message) {
+	h.t.Helper()
+	if err := h.Send(id, method, msg); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// Send sends a call of method with msg on stream id: its headers, then
+// its message, which ends the stream.
+func (h *Conn) Send(id uint32, method string, msg proto.Message) error {
+	b, err := proto.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	h.hb.Reset()
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "h2test"},
+		{":path", method}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hb.Bytes(), EndHeaders: true}); err != nil {
+		return err
+	}
+	return h.fr.WriteData(id, true, append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b))), b...))
+}
+
+// WindowUpdate opens the window of stream (0: the connection's) by incr
+// bytes.
+func (h *Conn) WindowUpdate(stream, incr uint32) error { return h.fr.WriteWindowUpdate(stream, incr) }
+
+// Next returns the server's next frame, having acknowledged its SETTINGS
+// and PINGs; an error once the connection ends.
+func (h *Conn) Next() (http2.Frame, error) {
+	for {
+		f, err := h.fr.ReadFrame()
+		if err != nil {
+			return nil, err
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				h.fr.WriteSettingsAck()
+			}
+			continue
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				h.fr.WritePing(true, f.Data)
+			}
+			continue
+		}
+		return f, nil
+	}
+}
+
+// NextEnd reads until stream id's last headers (its trailers, or headers
+// that end it at once), adding the DATA bytes read to *data; an error
+// once the connection ends or the stream is reset.
+func (h *Conn) NextEnd(id uint32, data *int) (*http2.MetaHeadersFrame, error) {
+	for {
+		f, err := h.Next()
+		if err != nil {
+			return nil, err
+		}
+		switch f := f.(type) {
+		case *http2.DataFrame:
+			*data += int(f.Length)
+		case *http2.MetaHeadersFrame:
+			if f.StreamID == id && f.StreamEnded() {
+				return f, nil
+			}
+		case *http2.RSTStreamFrame:
+			if f.StreamID == id {
+				return nil, errors.New("stream reset: " + f.ErrCode.String())
+			}
+		}
+	}
+}
+
+// HeaderValue is the value of field name in f, "" if it has none.
+func HeaderValue(f *http2.MetaHeadersFrame, name string) string {
+	for _, hf := range f.Fields {
+		if hf.Name == name {
+			return hf.Value
+		}
+	}
+	return ""
+}
