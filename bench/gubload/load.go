@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -15,6 +13,8 @@ import (
 	"time"
 
 	guber "github.com/gubernator-io/gubernator/v2"
+
+	"github.com/dthrottle/dthrottle/internal/procstat"
 )
 
 // Load is one throughput measurement: Inflight goroutines, each calling
@@ -168,13 +168,13 @@ func (l Load) Run() (Result, error) {
 // together, and by this one.
 func (l Load) cpu() (server, load time.Duration, err error) {
 	for _, p := range l.Pids {
-		c, err := cpuTime(p)
+		c, err := procstat.CPU(p)
 		if err != nil {
 			return 0, 0, err
 		}
 		server += c
 	}
-	load, err = cpuTime(os.Getpid())
+	load, err = procstat.CPU(os.Getpid())
 	return server, load, err
 }
 
@@ -186,32 +186,4 @@ func quantile(d []time.Duration, q float64) time.Duration {
 	slices.Sort(d)
 	i := int(q*float64(len(d))+0.999999) - 1
 	return d[min(max(i, 0), len(d)-1)]
-}
-
-// clockTicks is the unit of /proc/PID/stat's times (USER_HZ), 100 on
-// every architecture Linux runs on.
-const clockTicks = 100
-
-// cpuTime returns the user and system CPU time process pid has used.
-func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name, in parentheses, may hold spaces: count fields
-	// after its closing parenthesis. utime and stime are fields 14 and 15.
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:]))
-	if i < 0 || len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	var ticks int64
-	for _, s := range f[11:13] {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
 }

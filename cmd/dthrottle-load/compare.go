@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,10 +9,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/procstat"
 )
 
 // system is one server under test.
@@ -227,8 +226,8 @@ func (cf *compareFlags) rounds(scens []scenario, systems []*system, results map[
 // measure runs one load against sys and also notes the CPU time the
 // server and this program spent per decision, warm-up included.
 func (cf *compareFlags) measure(sys *system, sc scenario) (Result, error) {
-	srv0, srvErr := cpuTime(sys.pid)
-	self0, selfErr := cpuTime(os.Getpid())
+	srv0, srvErr := procstat.CPU(sys.pid)
+	self0, selfErr := procstat.CPU(os.Getpid())
 	start := time.Now()
 	res, err := Load{Network: sys.network, Addr: sys.addr, Proto: sys.proto, Conns: sc.conns, Depth: sc.depth,
 		Tags: sc.tags, NS: sc.ns, Warmup: cf.warmup, Duration: cf.dur}.Run()
@@ -236,8 +235,8 @@ func (cf *compareFlags) measure(sys *system, sc scenario) (Result, error) {
 		return res, err
 	}
 	decisions := res.Rate() * time.Since(start).Seconds()
-	srv1, srvErr1 := cpuTime(sys.pid)
-	self1, selfErr1 := cpuTime(os.Getpid())
+	srv1, srvErr1 := procstat.CPU(sys.pid)
+	self1, selfErr1 := procstat.CPU(os.Getpid())
 	if sys.pid != 0 && srvErr == nil && srvErr1 == nil && decisions > 0 {
 		res.ServerCPU = time.Duration(float64(srv1-srv0) / decisions)
 	}
@@ -389,40 +388,6 @@ func median(rs []Result) Result {
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
-
-// cpuTime returns the user and system CPU time process pid has used.
-func cpuTime(pid int) (time.Duration, error) {
-	if pid == 0 {
-		return 0, errors.New("no process id")
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name, in parentheses, may hold spaces: count fields
-	// after its closing parenthesis. utime and stime are fields 14 and 15.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	var ticks int64
-	for _, s := range f[11:13] {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
-}
-
-// clockTicks is the unit of /proc/PID/stat's times (USER_HZ), 100 on
-// Linux's every architecture.
-const clockTicks = 100
 
 // rate formats decisions per second as 5.37M, 198k.
 func rate(r float64) string {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/procstat"
 	"github.com/dthrottle/dthrottle/internal/ways/decide"
 	"github.com/dthrottle/dthrottle/internal/ways/protocol"
 )
@@ -214,12 +215,12 @@ func TestLoadAgainstMap(t *testing.T) {
 // least that much, less the 10 ms ticks /proc counts in, however loaded
 // the machine is.
 func TestCPUTime(t *testing.T) {
-	if _, err := cpuTime(0); err == nil {
-		t.Fatal("cpuTime(0) gave no error")
+	if _, err := procstat.CPU(0); err == nil {
+		t.Fatal("procstat.CPU(0) gave no error")
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	before, err := cpuTime(os.Getpid())
+	before, err := procstat.CPU(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +229,7 @@ func TestCPUTime(t *testing.T) {
 		runtime.KeepAlive(spin(1, 1000))
 	}
 	spent := threadCPU() - start
-	after, err := cpuTime(os.Getpid())
+	after, err := procstat.CPU(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/dthrottle/dthrottle/internal/procstat"
 )
 
 // cmdRLS drives a rate limit service (envoy.service.ratelimit.v3
@@ -192,12 +194,12 @@ func (l RLSLoad) Run() (Result, error) {
 // together, and by this one.
 func (l RLSLoad) cpu() (server, load time.Duration, err error) {
 	for _, p := range l.Pids {
-		c, err := cpuTime(p)
+		c, err := procstat.CPU(p)
 		if err != nil {
 			return 0, 0, err
 		}
 		server += c
 	}
-	load, err = cpuTime(os.Getpid())
+	load, err = procstat.CPU(os.Getpid())
 	return server, load, err
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/procstat"
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
@@ -413,15 +414,11 @@ func readStatusKiB(pid int, field string) (int64, error) {
 // cpuTicks returns the process's user plus system time, in clock ticks.
 func cpuTicks(t testing.TB, pid int) int64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	d, err := procstat.CPU(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Fields after the command name, which ends with the last ')'.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return utime + stime
+	return int64(d / (10 * time.Millisecond))
 }
 
 // connsAllowed raises this process's RLIMIT_NOFILE (the daemons it starts

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/ways/havarint"
 	"github.com/dthrottle/dthrottle/tests/harness"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -232,7 +233,7 @@ func spoeHello(c net.Conn) error {
 	kv = spoeString(kv, "supported-versions")
 	kv = spoeString(append(kv, 8), "2.0")
 	kv = spoeString(kv, "max-frame-size")
-	kv = spoeVarint(append(kv, 3), 16380)
+	kv = havarint.Append(append(kv, 3), 16380)
 	kv = spoeString(kv, "capabilities")
 	kv = spoeString(append(kv, 8), "pipelining")
 	if _, err := c.Write(spoeFrame(1, 0, 0, kv)); err != nil {
@@ -264,25 +265,11 @@ func spoeNotify(frameID uint64, tag string) []byte {
 // spoeFrame is a whole SPOP frame, unfragmented.
 func spoeFrame(typ byte, streamID, frameID uint64, payload []byte) []byte {
 	b := []byte{0, 0, 0, 0, typ, 0, 0, 0, 1}
-	b = spoeVarint(b, streamID)
-	b = spoeVarint(b, frameID)
+	b = havarint.Append(b, streamID)
+	b = havarint.Append(b, frameID)
 	b = append(b, payload...)
 	binenc.BigEndian.PutUint32(b, uint32(len(b)-4))
 	return b
 }
 
-func spoeString(b []byte, s string) []byte { return append(spoeVarint(b, uint64(len(s))), s...) }
-
-// spoeVarint appends v in SPOP's varint encoding.
-func spoeVarint(b []byte, v uint64) []byte {
-	if v < 240 {
-		return append(b, byte(v))
-	}
-	b = append(b, byte(v)|240)
-	v = (v - 240) >> 4
-	for v >= 128 {
-		b = append(b, byte(v)|128)
-		v = (v - 128) >> 7
-	}
-	return append(b, byte(v))
-}
+func spoeString(b []byte, s string) []byte { return append(havarint.Append(b, uint64(len(s))), s...) }
