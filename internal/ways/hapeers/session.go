@@ -172,6 +172,8 @@ func (c *session) read(ctx context.Context, buf []byte) error {
 	if cap(buf) < readBuffer {
 		buf = append(make([]byte, 0, readBuffer), buf...)
 	}
+	in := newBatchReader(c.nc)
+	defer in.close()
 	for {
 		for {
 			m, n, err := Decode(buf)
@@ -213,7 +215,7 @@ func (c *session) read(ctx context.Context, buf []byte) error {
 			time.Sleep(wait)
 		}
 		lastRead = time.Now()
-		n, err := c.nc.Read(buf[len(buf):cap(buf)])
+		n, err := in.read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if errors.Is(err, os.ErrDeadlineExceeded) && n == 0 && ctx.Err() == nil && c.unacked() {
 			c.flushAcks()
