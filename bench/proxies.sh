@@ -50,7 +50,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5s}
 CONNS=${CONNS:-64}
-BASE=${BASE:-28080} # ports BASE to BASE+22 on 127.0.0.1, below the ephemeral range
+BASE=${BASE:-28080} # ports BASE to BASE+23 on 127.0.0.1, below the ephemeral range
 ONLY=${ONLY:-}      # a regular expression: run only the servers whose name matches
 
 for tool in /usr/sbin/nginx caddy /usr/sbin/haproxy wrk cc make; do
@@ -98,7 +98,8 @@ pids+=($!)
 # haproxy BASE+6 (off) BASE+14 (shared table) BASE+0 (SPOE) BASE+11
 # (stick table) BASE+15 (a Lua converter answering true) BASE+20 (the
 # stick table with dthrottled as its peer; HAProxy's own peer address
-# BASE+22, dthrottled's BASE+21), all in one HAProxy; dthrottled's HTTP endpoint BASE+7, SPOE agent BASE+8, admin
+# BASE+22, dthrottled's BASE+21) BASE+23 (the same rules on a table
+# without a peer), all in one HAProxy; dthrottled's HTTP endpoint BASE+7, SPOE agent BASE+8, admin
 # endpoint BASE+19; the shared paths' counters BASE+13 (nginx) BASE+16
 # (HAProxy).
 sed -e "s|listen 8080;|listen 127.0.0.1:$((BASE + 2));|" -e "s|root /var/www/html;|root $tmp/www;|" \
@@ -222,6 +223,16 @@ frontend peers
 $(sed -n '/^frontend web/,/^$/p' "$tmp/haproxy-peers.cfg" | grep -E '^    (bind|http-request)')
     default_backend app
 
+# The peer's rules on a table of the same type that has no peer: what
+# the rules cost HAProxy, apart from pushing the table to dthrottled.
+backend peerless
+    $(grep -E '^    table web ' "$tmp/haproxy-peers.cfg" | sed 's/^    table web/stick-table/')
+
+frontend peerless
+    bind 127.0.0.1:$((BASE + 23))
+$(sed -n '/^frontend web/,/^$/p' "$tmp/haproxy-peers.cfg" | grep -E '^    http-request' | sed 's|table dthrottle/web|table peerless|')
+    default_backend app
+
 frontend stick
     bind 127.0.0.1:$((BASE + 11))
     stick-table type ip size 100k expire 30s store http_req_rate(10s)
@@ -233,8 +244,8 @@ HAPROXY
 pids+=($!)
 haproxy_pid=$!
 
-names=(nginx-off nginx-on nginx-shared nginx-module nginx-limitreq nginx-luahook caddy-off caddy-on haproxy-off haproxy-spoe haproxy-stick haproxy-shared haproxy-luahook haproxy-peers)
-ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 9)) $((BASE + 17)) $((BASE + 10)) $((BASE + 12)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0)) $((BASE + 11)) $((BASE + 14)) $((BASE + 15)) $((BASE + 20)))
+names=(nginx-off nginx-on nginx-shared nginx-module nginx-limitreq nginx-luahook caddy-off caddy-on haproxy-off haproxy-spoe haproxy-stick haproxy-shared haproxy-luahook haproxy-peers haproxy-peerless)
+ports=($((BASE + 1)) $((BASE + 2)) $((BASE + 9)) $((BASE + 17)) $((BASE + 10)) $((BASE + 12)) $((BASE + 3)) $((BASE + 4)) $((BASE + 6)) $((BASE + 0)) $((BASE + 11)) $((BASE + 14)) $((BASE + 15)) $((BASE + 20)) $((BASE + 23)))
 bench_await proxies.sh "${ports[@]}"
 # Every server must be throttling (or limiting) as it should: a tag
 # refused here would make its figures those of a refusal.
@@ -254,7 +265,7 @@ grep -q 'dthrottle: attached to .*: deciding in process' "$tmp/haproxy.log" || {
 # one proxy share a process, so its paths are compared on the same one.
 nginx_worker=$(pgrep -P "$nginx_master")
 cpu_pids=("$nginx_worker" "$nginx_worker" "$nginx_worker" "$nginx_worker" "$nginx_worker" "$nginx_worker"
-	"$caddy_pid" "$caddy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid")
+	"$caddy_pid" "$caddy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid" "$haproxy_pid")
 dthrottled_pid=${pids[0]}
 # HAProxy pushes its table to dthrottled once connected: wait for it.
 for _ in $(seq 50); do
@@ -289,7 +300,7 @@ for r in $(seq "$ROUNDS"); do
 			echo "${dcpu##* CPU }" | awk '{print $1}' >>"$tmp/peers-cpu"
 		fi
 		printf 'round %d  %-14s %10.0f req/s  p99 %-8s proxy CPU %s us/request%s%s\n' "$r" "${names[$i]}" "$rps" "$p99" "$cpu" "$dcpu" "${errs:+  non-2xx $errs}"
-		echo "${names[$i]} $rps $p99 $cpu" >>"$tmp/results"
+		echo "${names[$i]} $rps $p99 $cpu $r" >>"$tmp/results"
 		[ "${names[$i]}" = nginx-shared ] && shared_reqs=$((${shared_reqs:-0} + reqs))
 		[ "${names[$i]}" = nginx-module ] && module_reqs=$((${module_reqs:-0} + reqs))
 		[ "${names[$i]}" = haproxy-shared ] && haproxy_shared_reqs=$((${haproxy_shared_reqs:-0} + reqs))
@@ -310,8 +321,11 @@ echo "haproxy-shared: $(curl -s "http://127.0.0.1:$((BASE + 16))/") (wrk counted
 # SPOE asks on every request: the agent answered each one, or it failed open.
 echo "haproxy-spoe: ${spoe_msgs:-0} messages answered by dthrottled's agent (wrk counted ${spoe_reqs:-0} requests)"
 echo
-echo "| proxy | off req/s (median) | on req/s (median) | on/off | p99 off / on (median) | proxy CPU us/request off / on (median) |"
-echo "|---|---|---|---|---|---|"
+# on/off compares the medians; "round by round" is the median of each
+# round's on/off, the two runs minutes apart at most, which the drift of
+# the machine's speed over a whole run moves less.
+echo "| proxy | off req/s (median) | on req/s (median) | on/off | on/off round by round (median) | p99 off / on (median) | proxy CPU us/request off / on (median) |"
+echo "|---|---|---|---|---|---|---|"
 for row in "nginx, auth_request:nginx-off:nginx-on" "nginx, shared table through the FFI (OpenResty):nginx-off:nginx-shared" \
 	"nginx, shared table, native module:nginx-off:nginx-module" \
 	"nginx, limit_req (its own):nginx-off:nginx-limitreq" "nginx, empty access_by_lua:nginx-off:nginx-luahook" "caddy, forward_auth:caddy-off:caddy-on" \
@@ -319,18 +333,21 @@ for row in "nginx, auth_request:nginx-off:nginx-on" "nginx, shared table through
 	"haproxy, stick table (its own):haproxy-off:haproxy-stick" "haproxy, shared table:haproxy-off:haproxy-shared" \
 	"haproxy, a Lua converter answering true:haproxy-off:haproxy-luahook" \
 	"haproxy, stick table with dthrottled as its peer:haproxy-off:haproxy-peers" \
-	"haproxy, stick table with dthrottled against the stick table alone:haproxy-stick:haproxy-peers"; do
+	"haproxy, stick table with dthrottled against the stick table alone:haproxy-stick:haproxy-peers" \
+	"haproxy, the peer's rules on a table with no peer:haproxy-off:haproxy-peerless" \
+	"haproxy, stick table with dthrottled against the same rules with no peer:haproxy-peerless:haproxy-peers"; do
 	IFS=: read -r p offn onn <<<"$row"
 	awk -v p="$p" -v offn="$offn" -v onn="$onn" '
-		$1 == offn { off[++n] = $2; poff[n] = $3; coff[n] = $4 }
-		$1 == onn  { on[++m] = $2;  pon[m] = $3; con[m] = $4 }
+		$1 == offn { off[++n] = $2; poff[n] = $3; coff[n] = $4; offr[$5] = $2 }
+		$1 == onn  { on[++m] = $2;  pon[m] = $3; con[m] = $4; onr[$5] = $2 }
 		function median(a, k,   i, j, t) {
 			for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
 			return a[int((k + 1) / 2)]
 		}
 		function medianStr(a, k,   i, b) { for (i = 1; i <= k; i++) b[i] = a[i]; return b[int((k + 1) / 2)] }
 		END { if (!n || !m) exit
+			for (r in onr) if (r in offr) ratio[++k] = onr[r] / offr[r]
 			o = median(off, n); x = median(on, m)
-			printf "| %s | %.0f | %.0f | %.2fx | %s / %s | %.2f / %.2f |\n", p, o, x, x / o, medianStr(poff, n), medianStr(pon, m), median(coff, n), median(con, m) }
+			printf "| %s | %.0f | %.0f | %.2fx | %.2fx | %s / %s | %.2f / %.2f |\n", p, o, x, x / o, median(ratio, k), medianStr(poff, n), medianStr(pon, m), median(coff, n), median(con, m) }
 	' "$tmp/results"
 done
