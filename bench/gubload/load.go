@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -116,42 +115,21 @@ func (l Load) Run() (Result, error) {
 			}
 		})
 	}
-	fail := func(err error) (Result, error) {
-		stop.Store(true)
+	w, err := procstat.Measure(errs, &measuring, l.Warmup, l.Duration, l.Pids)
+	stop.Store(true)
+	if err != nil {
 		cancel()
-		wg.Wait()
+	}
+	wg.Wait()
+	if err != nil {
 		return Result{}, err
 	}
-	select {
-	case err := <-errs:
-		return fail(err)
-	case <-time.After(l.Warmup):
-	}
-	server0, load0, err := l.cpu()
-	if err != nil {
-		return fail(err)
-	}
-	start := time.Now()
-	measuring.Store(true)
-	select {
-	case err := <-errs:
-		return fail(err)
-	case <-time.After(l.Duration):
-	}
-	measuring.Store(false)
-	elapsed := time.Since(start)
-	server1, load1, err := l.cpu()
-	if err != nil {
-		return fail(err)
-	}
-	stop.Store(true)
-	wg.Wait()
 	select {
 	case err := <-errs:
 		return Result{}, err
 	default:
 	}
-	res := Result{Elapsed: elapsed, ServerCPU: server1 - server0, LoadCPU: load1 - load0}
+	res := Result{Elapsed: w.Elapsed, ServerCPU: w.ServerCPU, LoadCPU: w.LoadCPU}
 	var rtt []time.Duration
 	for i := range workers {
 		res.Decisions += workers[i].decisions
@@ -162,20 +140,6 @@ func (l Load) Run() (Result, error) {
 	}
 	res.P50, res.P99 = quantile(rtt, 0.5), quantile(rtt, 0.99)
 	return res, nil
-}
-
-// cpu returns the CPU time used so far by the processes of l.Pids
-// together, and by this one.
-func (l Load) cpu() (server, load time.Duration, err error) {
-	for _, p := range l.Pids {
-		c, err := procstat.CPU(p)
-		if err != nil {
-			return 0, 0, err
-		}
-		server += c
-	}
-	load, err = procstat.CPU(os.Getpid())
-	return server, load, err
 }
 
 // quantile returns the q-quantile of d (sorting d), 0 when d is empty.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -143,36 +142,15 @@ func (l RLSLoad) Run() (Result, error) {
 			}
 		})
 	}
-	fail := func(err error) (Result, error) {
-		stop.Store(true)
+	w, err := procstat.Measure(errs, &measuring, l.Warmup, l.Duration, l.Pids)
+	stop.Store(true)
+	if err != nil {
 		cancel()
-		wg.Wait()
+	}
+	wg.Wait()
+	if err != nil {
 		return Result{}, err
 	}
-	select {
-	case err := <-errs:
-		return fail(err)
-	case <-time.After(l.Warmup):
-	}
-	server0, load0, err := l.cpu()
-	if err != nil {
-		return fail(err)
-	}
-	start := time.Now()
-	measuring.Store(true)
-	select {
-	case err := <-errs:
-		return fail(err)
-	case <-time.After(l.Duration):
-	}
-	measuring.Store(false)
-	elapsed := time.Since(start)
-	server1, load1, err := l.cpu()
-	if err != nil {
-		return fail(err)
-	}
-	stop.Store(true)
-	wg.Wait()
 	select {
 	case err := <-errs:
 		return Result{}, err
@@ -185,21 +163,7 @@ func (l RLSLoad) Run() (Result, error) {
 		res.OK += stats[i].ok
 		h.merge(&stats[i].rtt)
 	}
-	res.Elapsed, res.P50, res.P99 = elapsed, h.quantile(0.5), h.quantile(0.99)
-	res.ServerCPU, res.LoadCPU = server1-server0, load1-load0
+	res.Elapsed, res.P50, res.P99 = w.Elapsed, h.quantile(0.5), h.quantile(0.99)
+	res.ServerCPU, res.LoadCPU = w.ServerCPU, w.LoadCPU
 	return res, nil
-}
-
-// cpu returns the CPU time used so far by the processes of l.Pids
-// together, and by this one.
-func (l RLSLoad) cpu() (server, load time.Duration, err error) {
-	for _, p := range l.Pids {
-		c, err := procstat.CPU(p)
-		if err != nil {
-			return 0, 0, err
-		}
-		server += c
-	}
-	load, err = procstat.CPU(os.Getpid())
-	return server, load, err
 }

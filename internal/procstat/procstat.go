@@ -1,5 +1,6 @@
 // Package procstat reads what Linux's /proc says a process has used, for
-// the load tools and tests that state a server's CPU per request.
+// the load tools and tests that state a server's CPU per request, and
+// runs a load tool's measuring window (window.go).
 package procstat
 
 import (

@@ -1,0 +1,62 @@
+package procstat
+
+import (
+	"errors"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestMeasure measures a window over this process spinning, and ends
+// one early on a worker's error.
+func TestMeasure(t *testing.T) {
+	var measuring atomic.Bool
+	var spun atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if measuring.Load() {
+				spun.Add(1)
+			}
+		}
+	}()
+	w, err := Measure(make(chan error), &measuring, 10*time.Millisecond, 200*time.Millisecond, []int{os.Getpid()})
+	close(stop)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Elapsed < 200*time.Millisecond || spun.Load() == 0 || measuring.Load() {
+		t.Errorf("window %+v, %d spins counted, measuring still %v", w, spun.Load(), measuring.Load())
+	}
+	// The process measured is this one: both figures count the spinning,
+	// read a moment apart.
+	if d := w.ServerCPU - w.LoadCPU; w.ServerCPU <= 0 || w.LoadCPU <= 0 || d > 50*time.Millisecond || d < -50*time.Millisecond {
+		t.Errorf("CPU: server %v, load %v", w.ServerCPU, w.LoadCPU)
+	}
+
+	errs := make(chan error, 1)
+	boom := errors.New("boom")
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		errs <- boom
+	}()
+	start := time.Now()
+	if _, err := Measure(errs, &measuring, 10*time.Millisecond, time.Minute, nil); !errors.Is(err, boom) || time.Since(start) > 30*time.Second {
+		t.Errorf("a worker's error: %v after %v", err, time.Since(start))
+	}
+	if measuring.Load() {
+		t.Error("measuring left set after an error")
+	}
+	if _, err := Measure(nil, &measuring, 0, 0, []int{0}); err == nil {
+		t.Error("pid 0 measured without an error")
+	}
+}
