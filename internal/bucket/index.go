@@ -50,8 +50,9 @@ func home(frag uint32, n int) int { return int(uint64(frag) * uint64(n) >> 32) }
 
 // lookup returns the slot holding key's reference and the reference, or
 // the empty slot where key would go and 0. rec gives a reference's record.
-// A record of key's fragment whose key a caller overwrote is given key
-// back (arena.rekey) and returned when key is nowhere further on.
+// The first record of key's fragment whose key a caller overwrote
+// (arena.garbled) is given key back (arena.rekey) and returned when key
+// is nowhere further on.
 func (x *index) lookup(a *arena, h uint64, key []byte) (pos int, ref uint32) {
 	frag := uint32(h)
 	slots := x.slots
@@ -60,7 +61,8 @@ func (x *index) lookup(a *arena, h uint64, key []byte) (pos int, ref uint32) {
 	for {
 		e := slots[i]
 		if e == 0 {
-			if stale >= 0 && a.rekey(uint32(slots[stale]), frag, key) {
+			if stale >= 0 {
+				a.rekey(uint32(slots[stale]), key)
 				return stale, uint32(slots[stale])
 			}
 			return i, 0
@@ -69,7 +71,7 @@ func (x *index) lookup(a *arena, h uint64, key []byte) (pos int, ref uint32) {
 			if a.rec(uint32(e)).is(key) {
 				return i, uint32(e)
 			}
-			if stale < 0 {
+			if stale < 0 && a.garbled(uint32(e), frag, key) {
 				stale = i
 			}
 		}

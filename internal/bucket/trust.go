@@ -100,24 +100,27 @@ func (x *index) holds(h uint64, ref uint32) bool {
 	return false
 }
 
-// rekey writes key back into record ref, which lies in a slot of key's
-// fragment frag, and reports true, when the key the record holds is no
-// key of that fragment (a caller overwrote it) and key's record is of
-// the record's size class. lookup calls it for a key whose probe found
-// no record of its own: so a tag whose record a caller garbled finds its
-// record again, with whatever else the caller wrote into it, rather than
-// taking a new one while the garbled one waits to be evicted. A record
-// whose key hashes to frag is another tag's and is left alone.
-func (a *arena) rekey(ref, frag uint32, key []byte) bool {
+// garbled reports whether record ref, which lies in a slot of key's
+// fragment frag, holds no key of that fragment (a caller overwrote it)
+// and is of the size class of key's record: a record lookup may give key
+// back (rekey) when its probe finds no record of its own, so that a tag
+// whose record a caller garbled finds its record again, with whatever
+// else the caller wrote into it, rather than taking a new one while the
+// garbled one waits to be evicted. A record whose key hashes to frag is
+// another tag's and is left alone: two tags of one fragment whose records
+// were both garbled each take one of the two back, whichever.
+func (a *arena) garbled(ref, frag uint32, key []byte) bool {
 	c := a.chunkOf(ref)
 	if _, size := sizeClass(recordSize(len(key))); uint32(size) != c.size {
 		return false
 	}
+	k := a.rec(ref).keyIn(c.size)
+	return len(k) == 0 || uint32(Hash(a.seed, k)) != frag
+}
+
+// rekey writes key back into record ref, which garbled found garbled.
+func (a *arena) rekey(ref uint32, key []byte) {
 	r := a.rec(ref)
-	if k := r.keyIn(c.size); len(k) != 0 && uint32(Hash(a.seed, k)) == frag {
-		return false
-	}
 	n := binary.PutUvarint(r[recKey:], uint64(len(key)))
 	copy(r[recKey+n:], key)
-	return true
 }

@@ -227,3 +227,58 @@ func TestKeyIn(t *testing.T) {
 		t.Fatal("lookup found the garbled record but did not give it its key back")
 	}
 }
+
+// TestGarbledFragmentTwins garbles the records of two tags whose hashes
+// share a shard and a slot fragment: each tag asked again takes one of
+// the two records back, and neither takes a new one. (Before, the first
+// tag could take the second's record, and the second then found the
+// first's key, another tag's, and took a new record beside the garbled
+// one: one tag in some fifty thousand pairs, seen as one tracked tag too
+// many in TestGarbageCostsNoMoreThanWorstCase.)
+func TestGarbledFragmentTwins(t *testing.T) {
+	tb := newTestTable(t, Policy{Rate: 1, Burst: 5}, 100)
+	// The birthday bound: some 2^16 tags for a pair of one 32-bit
+	// fragment; a few million make a pair all but certain.
+	type place struct {
+		shard *shard
+		frag  uint32
+	}
+	seen := make(map[place]int, 1<<20)
+	var a, b []byte
+	for i := range 4 << 20 {
+		key := fmt.Appendf(nil, "198.51.%d.%d", i>>8, i&255)
+		h, s := tb.shardFor(string(key))
+		p := place{s, uint32(h)}
+		if j, ok := seen[p]; ok {
+			a, b = fmt.Appendf(nil, "198.51.%d.%d", j>>8, j&255), key
+			break
+		}
+		seen[p] = i
+	}
+	if a == nil {
+		t.Fatal("no two tags of one fragment among 4M")
+	}
+	clear(seen)
+	tb.Allow(at(0), a)
+	tb.Allow(at(0), b)
+	h, s := tb.shardFor(string(a))
+	_, refA := s.index.lookup(&s.arena, h, a)
+	hb, _ := tb.shardFor(string(b))
+	_, refB := s.index.lookup(&s.arena, hb, b)
+	if refA == 0 || refB == 0 || refA == refB {
+		t.Fatalf("records %d and %d", refA, refB)
+	}
+	for _, ref := range []uint32{refA, refB} {
+		binary.PutUvarint(s.arena.rec(ref)[recKey:], maxKeyLen)
+	}
+	tb.Allow(at(0), a)
+	tb.Allow(at(0), b)
+	if st := tb.Stats(); st.Tags != 2 {
+		t.Errorf("%d tags tracked after the two asked again, want 2", st.Tags)
+	}
+	_, gotA := s.index.lookup(&s.arena, h, a)
+	_, gotB := s.index.lookup(&s.arena, hb, b)
+	if gotA == gotB || (gotA != refA && gotA != refB) || (gotB != refA && gotB != refB) {
+		t.Errorf("records %d and %d after, were %d and %d", gotA, gotB, refA, refB)
+	}
+}
