@@ -66,17 +66,18 @@ type Config struct {
 	// limit (dthrottled gives its gubernator.max_conns).
 	MaxConns int
 	// MaxRequests is the most gRPC requests in progress at once, on all
-	// connections together, from its headers until its answer is
-	// written: one more is answered RESOURCE_EXHAUSTED at once. 0 or less means no limit (dthrottled gives its
-	// gubernator.max_requests). An HTTP connection asks one at a time.
+	// connections together, each from its headers until its answer is
+	// written: one more is answered RESOURCE_EXHAUSTED at once. 0 or
+	// less means no limit (dthrottled gives its gubernator.max_requests).
+	// An HTTP connection asks one at a time.
 	MaxRequests int
 	// HandshakeTimeout closes a gRPC connection that has not completed
 	// the HTTP/2 handshake within it, and an HTTP connection whose
 	// request head takes longer. RequestTimeout answers a gRPC request
 	// not received in full within it DEADLINE_EXCEEDED, closes a gRPC
 	// connection on which an answer cannot be written within it of the
-	// request's headers, or a write waits longer, and
-	// closes an HTTP connection whose request and answer take longer. IdleTimeout
+	// request's headers, or a write waits longer, and closes an HTTP
+	// connection whose request and answer take longer. IdleTimeout
 	// closes a connection with no request for that long.
 	HandshakeTimeout, RequestTimeout, IdleTimeout time.Duration
 	// Peers returns how many peers the node knows, for HealthCheck's

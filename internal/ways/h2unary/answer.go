@@ -149,7 +149,17 @@ func (c *conn) fail(st *stream, code codes.Code, msg string) {
 // block that ends the stream (gRPC's trailers-only answer), and, when
 // reset is set, tells the client to stop sending.
 func (c *conn) answerStatus(id uint32, reset bool, httpStatus int, code codes.Code, msg string) {
-	b := c.hbuf[:0]
+	c.hbuf = appendStatus(c.hbuf[:0], httpStatus, code, msg)
+	c.writeHeaders(id, c.hbuf, true)
+	if reset {
+		c.writeRST(id, http2.ErrCodeNo)
+	}
+}
+
+// appendStatus appends the header block of a trailers-only answer: the
+// HTTP status, the content-type, grpc-status and grpc-message, its first
+// maxStatusMessage bytes percent-encoded.
+func appendStatus(b []byte, httpStatus int, code codes.Code, msg string) []byte {
 	if httpStatus == 200 {
 		b = append(b, okHeaders...)
 	} else {
@@ -164,11 +174,7 @@ func (c *conn) answerStatus(id uint32, reset bool, httpStatus int, code codes.Co
 		enc := appendPercent(b[len(b):], msg) // encoded past the block's end, then moved into place
 		b = appendLiteral(b, 0, "grpc-message", string(enc))
 	}
-	c.hbuf = b
-	c.writeHeaders(id, b, true)
-	if reset {
-		c.writeRST(id, http2.ErrCodeNo)
-	}
+	return b
 }
 
 // settings applies the client's SETTINGS and acknowledges them; a new

@@ -145,6 +145,28 @@ func TestMaxRequests(t *testing.T) {
 	answered(t, b, 3, "0")
 }
 
+// TestHandshakeTimeout: a client that connects and sends nothing, or
+// the preface without its SETTINGS, is disconnected at HandshakeTimeout,
+// not before.
+func TestHandshakeTimeout(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	_, srv, addr := startServer(t, Config{HandshakeTimeout: timeout}, nil)
+	for _, sent := range []string{"", http2.ClientPreface} {
+		nc, err := net.Dial("tcp", addr)
+		must(t, err)
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(10 * time.Second))
+		start := time.Now()
+		_, err = io.WriteString(nc, sent)
+		must(t, err)
+		io.Copy(io.Discard, nc) // the server's SETTINGS, then the end
+		if took := time.Since(start); took < timeout {
+			t.Errorf("having sent %q: closed after %v, before the handshake timeout (%v)", sent, took, timeout)
+		}
+	}
+	poll(t, "the connections to end", func() bool { return srv.Stats().Active == 0 })
+}
+
 // TestIdle: a connection without streams for IdleTimeout is sent GOAWAY
 // and closed; one with a stream open is not.
 func TestIdle(t *testing.T) {

@@ -42,6 +42,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
 
 // A Handler answers one method: given the request's message (the bytes
@@ -136,14 +138,13 @@ func New(cfg Config) *Server {
 // complete (within RequestTimeout) and returns. The caller closes nc.
 func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 	c := newConn(s, nc, ctx.Done())
-	stop := context.AfterFunc(ctx, func() { nc.SetReadDeadline(aLongTimeAgo) })
+	stop := serve.InterruptReads(ctx, nc)
 	defer stop()
 	c.serve()
 	c.close()
 }
 
-// aLongTimeAgo is a deadline in the past: it interrupts a blocked read.
-var aLongTimeAgo = time.Unix(1, 0)
+var _ serve.Handler = (*Server)(nil)
 
 // InProgress is the number of calls in progress on every connection:
 // from their headers until their answer is written.
