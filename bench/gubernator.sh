@@ -48,6 +48,10 @@
 #                                             # case when dthrottled does
 #                                             # not know [gubernator])
 #   DTHROTTLED=/path/to/dthrottled bench/gubernator.sh
+#   BASELINE=/path/to/other/dthrottled BASELINE_NAME="before" \
+#     bench/gubernator.sh                     # one more cluster, of another
+#                                             # binary (an earlier commit's),
+#                                             # at the first of INTERVALS
 #
 # Gubernator's own settings pass through the environment (GUBER_*). Needs
 # unshare(1) with unprivileged user namespaces, ip(8), and the Go module
@@ -107,7 +111,8 @@ if [ -z "${GUBERNATOR_BENCH_TMP:-}" ]; then
 	else
 		go build -o "$tmp/dthrottled" ./cmd/dthrottled
 	fi
-	GUBERNATOR_BENCH_TMP=$tmp GUBERNATOR_VERSION=$GUBERNATOR_VERSION \
+	[ -z "${BASELINE:-}" ] || cp "$BASELINE" "$tmp/baseline"
+	GUBERNATOR_BENCH_TMP=$tmp GUBERNATOR_VERSION=$GUBERNATOR_VERSION BASELINE=${BASELINE:+$tmp/baseline} \
 		unshare --user --map-root-user --net -- bash bench/gubernator.sh "$@"
 	exit
 fi
@@ -147,9 +152,11 @@ systems=(default global)
 
 # dthrottled: a cluster of three for each of INTERVALS, cluster c's node
 # N serving gRPC on 127.0.0.1:19c6N and reporting to the others from
-# 127.0.0.1:19c7N.
+# 127.0.0.1:19c7N; and, with BASELINE, one more cluster of that binary at
+# the first of INTERVALS.
 c=0
-for interval in $INTERVALS; do
+cluster() { # cluster BINARY SYSTEM NAME INTERVAL
+	local bin=$1 sys=$2 label=$3 interval=$4 n m peers a=() p=()
 	for n in 1 2 3; do
 		peers=
 		for m in 1 2 3; do [ "$m" = "$n" ] || peers+="${peers:+, }\"127.0.0.1:19${c}7$m\""; done
@@ -165,24 +172,30 @@ bind = "127.0.0.1:19${c}7$n"
 grpc = "127.0.0.1:19${c}6$n"
 TOML
 	done
-	if [ -z "$GUBERNATOR_ONLY" ] && ! out=$("$tmp/dthrottled" -check -config "$tmp/dthrottle${c}1.toml" 2>&1); then
+	if [ -z "$GUBERNATOR_ONLY" ] && ! out=$("$bin" -check -config "$tmp/dthrottle${c}1.toml" 2>&1); then
 		case $out in
-		*'unknown key "gubernator'*) echo "# dthrottled does not know [gubernator] yet: measuring Gubernator alone" >&2; GUBERNATOR_ONLY=1 ;;
+		*'unknown key "gubernator'*) echo "# $bin does not know [gubernator] yet: measuring Gubernator alone" >&2; GUBERNATOR_ONLY=1 ;;
 		*) echo "$out" >&2; exit 1 ;;
 		esac
 	fi
-	[ -z "$GUBERNATOR_ONLY" ] || break
-	a=() p=()
+	[ -z "$GUBERNATOR_ONLY" ] || return 0
 	for n in 1 2 3; do
-		"$tmp/dthrottled" -config "$tmp/dthrottle$c$n.toml" 2>"$tmp/dthrottled$c$n.log" &
+		"$bin" -config "$tmp/dthrottle$c$n.toml" 2>"$tmp/dthrottled$c$n.log" &
 		pids+=($!) p+=($!) a+=(127.0.0.1:19${c}6$n)
 	done
-	sys=dthrottled@$interval
 	addrs[$sys]=$(join "${a[@]}") procs[$sys]=$(join "${p[@]}") behavior[$sys]=batching
-	name[$sys]="dthrottled, gossip.interval $interval"
+	name[$sys]=$label
 	systems+=("$sys")
 	c=$((c + 1))
+}
+for interval in $INTERVALS; do
+	cluster "$tmp/dthrottled" "dthrottled@$interval" "dthrottled, gossip.interval $interval" "$interval"
+	[ -z "$GUBERNATOR_ONLY" ] || break
 done
+if [ -n "${BASELINE:-}" ] && [ -z "$GUBERNATOR_ONLY" ]; then
+	interval=${INTERVALS%% *}
+	cluster "$tmp/baseline" "baseline@$interval" "dthrottled ${BASELINE_NAME:-baseline}, gossip.interval $interval" "$interval"
+fi
 
 # The floor: three guberfloor on 127.0.0.1:1990N, throughput only.
 if [ "$FLOOR" = 1 ]; then

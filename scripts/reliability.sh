@@ -10,7 +10,8 @@
 #      seconds, "500000x" a count): FuzzParse (./internal/config), FuzzLineReader
 #      and FuzzConn (./internal/ways/protocol), FuzzParseQuery
 #      (./internal/ways/httpapi), FuzzFrames (./internal/ways/spoe), FuzzDecode
-#      (./internal/gossip/wire, ./internal/state, ./internal/ways/hapeers).
+#      (./internal/gossip/wire, ./internal/state, ./internal/ways/hapeers),
+#      FuzzConn (./internal/ways/h2unary).
 #
 # A crasher the fuzzer finds is saved in <package>/testdata/fuzz/<target>/,
 # where plain `go test` replays it from then on: fix the defect and commit
@@ -46,7 +47,7 @@ fi
 
 for target in internal/config:FuzzParse internal/ways/protocol:FuzzLineReader internal/ways/protocol:FuzzConn \
 	internal/ways/httpapi:FuzzParseQuery internal/ways/spoe:FuzzFrames internal/gossip/wire:FuzzDecode \
-	internal/state:FuzzDecode internal/ways/hapeers:FuzzDecode; do
+	internal/state:FuzzDecode internal/ways/hapeers:FuzzDecode internal/ways/h2unary:FuzzConn; do
 	pkg=${target%%:*} name=${target#*:}
 	dir=$pkg/testdata/fuzz/$name
 	echo "== fuzzing $name in ./$pkg for $fuzztime"

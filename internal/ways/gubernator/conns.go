@@ -2,23 +2,20 @@ package gubernator
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	guber "github.com/gubernator-io/gubernator/v2"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
-	"github.com/dthrottle/dthrottle/internal/ways/h2watch"
+	"github.com/dthrottle/dthrottle/internal/ways/h2unary"
 	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
 
@@ -27,11 +24,8 @@ import (
 
 // Bounds of the gRPC server beyond Config's.
 const (
-	maxStreams      = 100              // requests in progress on one connection (HTTP/2 SETTINGS)
-	maxHeaderBytes  = 16 << 10         // a request's header list, and an HTTP request's head
-	minPingInterval = 10 * time.Second // a client pinging more often is sent GOAWAY
-	keepaliveTime   = time.Minute
-	keepaliveWait   = 20 * time.Second
+	maxStreams     = 100      // requests in progress on one connection (HTTP/2 SETTINGS)
+	maxHeaderBytes = 16 << 10 // a request's header list, and an HTTP request's head
 )
 
 // GRPCListener returns l, whose connections a Server serves as gRPC; a
@@ -57,39 +51,46 @@ func (l grpcListener) Accept() (net.Conn, error) {
 // grpcConn marks a connection accepted on a GRPCListener.
 type grpcConn struct{ net.Conn }
 
-// connHandler hands each connection a serve.Server accepts to the gRPC
-// server or the HTTP server, through a listener of each, and holds the
+// connHandler serves each connection a serve.Server accepts: one from a
+// GRPCListener on its own goroutine, as unary gRPC calls (package
+// h2unary, which bounds the calls, their size, time and memory); any
+// other through a listener handed to the HTTP server, holding the
 // connection's goroutine until that server closes it, so that it keeps
 // its place under MaxConns meanwhile. When the connections' context ends
-// (the stop began), HealthCheck turns unhealthy and both servers stop
-// gracefully: the requests in progress are answered, then the
-// connections are closed. The gRPC connections are watched (package
-// h2watch): one on which an answer cannot be written within
-// RequestTimeout is closed. It is safe for concurrent use.
+// (the stop began), HealthCheck turns unhealthy and both stop
+// gracefully: the requests read are answered, then the connections are
+// closed. It is safe for concurrent use.
 type connHandler struct {
-	svc            *service
-	dog            *h2watch.Watchdog
-	grpc           *grpc.Server
-	http           *http.Server
-	grpcLn, httpLn *serve.Handoff
-	start          sync.Once
+	svc    *service
+	grpc   *h2unary.Server
+	http   *http.Server
+	httpLn *serve.Handoff
+	start  sync.Once
 }
 
 func newConnHandler(svc *service, cfg Config, log *slog.Logger) *connHandler {
-	h := &connHandler{svc: svc, dog: h2watch.New(cfg.RequestTimeout), grpcLn: serve.NewHandoff(), httpLn: serve.NewHandoff()}
-	b := &bounds{max: int64(cfg.MaxRequests), timeout: cfg.RequestTimeout, streams: h.dog.Streams, busy: &svc.counts.busy,
-		errBusy: status.Errorf(codes.ResourceExhausted, "gubernator: requests in progress: over %d", cfg.MaxRequests)}
-	h.grpc = grpc.NewServer(
-		grpc.MaxRecvMsgSize(MaxMessageBytes),
-		grpc.MaxConcurrentStreams(maxStreams),
-		grpc.MaxHeaderListSize(maxHeaderBytes),
-		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout, Time: keepaliveTime, Timeout: keepaliveWait}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPingInterval, PermitWithoutStream: true}),
-		grpc.InTapHandle(b.tap),
-		grpc.SharedWriteBuffer(true),
-	)
-	guber.RegisterV1Server(h.grpc, svc)
+	h := &connHandler{svc: svc, httpLn: serve.NewHandoff()}
+	h.grpc = h2unary.New(h2unary.Config{
+		Methods: map[string]h2unary.Handler{
+			guber.V1_GetRateLimits_FullMethodName: unary(func(req *guber.GetRateLimitsReq) (proto.Message, error) {
+				return svc.GetRateLimits(context.Background(), req)
+			}),
+			guber.V1_HealthCheck_FullMethodName: unary(func(req *guber.HealthCheckReq) (proto.Message, error) {
+				return svc.HealthCheck(context.Background(), req)
+			}),
+			guber.V1_LiveCheck_FullMethodName: unary(func(req *guber.LiveCheckReq) (proto.Message, error) {
+				return svc.LiveCheck(context.Background(), req)
+			}),
+		},
+		MaxMessageBytes:  MaxMessageBytes,
+		MaxStreams:       maxStreams,
+		MaxHeaderBytes:   maxHeaderBytes,
+		MaxRequests:      cfg.MaxRequests,
+		Busy:             fmt.Sprintf("gubernator: requests in progress: over %d", cfg.MaxRequests),
+		HandshakeTimeout: cfg.HandshakeTimeout,
+		RequestTimeout:   cfg.RequestTimeout,
+		IdleTimeout:      cfg.IdleTimeout,
+	})
 
 	// Gubernator's own gateway options (daemon.go): field names as in the
 	// proto, every field written, unknown fields ignored.
@@ -115,58 +116,43 @@ func newConnHandler(svc *service, cfg Config, log *slog.Logger) *connHandler {
 	return h
 }
 
-// ServeConn has the gRPC server serve nc, watched, when it came from a
-// GRPCListener, the HTTP server otherwise, and returns once nc is closed.
+// unary is a method of the service as h2unary serves it: the request
+// unmarshalled into a new Req (a failure is INTERNAL, in grpc-go's
+// words), the answer marshalled after out, as grpc-go's codec does.
+func unary[Req any, PReq interface {
+	*Req
+	proto.Message
+}](method func(PReq) (proto.Message, error)) h2unary.Handler {
+	return func(in, out []byte) ([]byte, error) {
+		req := PReq(new(Req))
+		if err := proto.Unmarshal(in, req); err != nil {
+			return out, status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
+		}
+		resp, err := method(req)
+		if err != nil {
+			return out, err
+		}
+		out, err = proto.MarshalOptions{}.MarshalAppend(out, resp)
+		if err != nil {
+			return out, status.Errorf(codes.Internal, "grpc: error while marshaling: %v", err)
+		}
+		return out, nil
+	}
+}
+
+// ServeConn serves nc as gRPC when it came from a GRPCListener, through
+// the HTTP server otherwise, and returns once nc is done.
 func (h *connHandler) ServeConn(ctx context.Context, nc net.Conn) {
 	h.start.Do(func() {
-		go h.grpc.Serve(h.grpcLn) // returns once GracefulStop closes grpcLn
 		go h.http.Serve(h.httpLn) // returns once Shutdown closes httpLn
 		context.AfterFunc(ctx, func() {
 			h.svc.stopping.Store(true)
-			var wg sync.WaitGroup
-			wg.Go(h.grpc.GracefulStop)
-			wg.Go(func() { h.http.Shutdown(context.Background()) })
-			wg.Wait()
+			h.http.Shutdown(context.Background())
 		})
 	})
 	if g, ok := nc.(grpcConn); ok {
-		h.grpcLn.Serve(h.dog.Watch(g.Conn, ctx.Done()))
+		h.grpc.ServeConn(ctx, g.Conn)
 		return
 	}
 	h.httpLn.Serve(nc)
-}
-
-// bounds keeps the gRPC requests in progress within max, and each within
-// timeout. A request is in progress from its headers until its answer is
-// written, as the watchdog counts them: an answer the client's window
-// holds back is counted until the connection is closed. It is safe for
-// concurrent use.
-type bounds struct {
-	max     int64 // <= 0: no limit
-	timeout time.Duration
-	streams func() int64 // requests in progress: the watchdog's Streams
-	busy    *atomic.Uint64
-	errBusy error
-}
-
-// tap runs as each request's stream opens, before its message is read:
-// over max requests in progress it refuses the request, which is
-// answered RESOURCE_EXHAUSTED at once and holds nothing; otherwise it
-// gives the stream a deadline of timeout, unless the client's is sooner,
-// so that a request whose message never arrives in full is answered
-// DEADLINE_EXCEEDED and its memory freed. (The stream's own context, the
-// parent, is cancelled when the stream ends, which ends the timer.)
-func (b *bounds) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
-	// The count has this request in it, and may have the next few the
-	// connection sent, already read.
-	if b.max > 0 && b.streams() > b.max {
-		b.busy.Add(1)
-		return nil, b.errBusy
-	}
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= b.timeout {
-		return ctx, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, b.timeout)
-	_ = cancel
-	return ctx, nil
 }

@@ -11,17 +11,17 @@
 // BATCHING and NO_BATCHING all mean what dthrottle always does.
 //
 // A [Server] is one serve.Server for both listeners: the connections of a
-// listener wrapped by [GRPCListener] go to a gRPC server, all others to a
-// net/http server that runs Gubernator's grpc-gateway routes with the
-// marshaler options Gubernator gives them. Accepting, the connection
-// limit (a connection over MaxConns is closed at once) and the stop are
-// package serve's, as for every way in. The gRPC server bounds message
-// size, streams per connection, the handshake, keepalive and idle
-// connections, and MaxRequests the gRPC requests in progress at once
-// (conns.go); a watchdog on each gRPC connection (package h2watch)
-// closes one on which an answer cannot be written within RequestTimeout,
-// the client's flow-control window spent or nothing read; the HTTP
-// server bounds a request's head, body and time.
+// listener wrapped by [GRPCListener] are served as unary gRPC calls
+// (package h2unary), all others by a net/http server that runs
+// Gubernator's grpc-gateway routes with the marshaler options Gubernator
+// gives them. Accepting, the connection limit (a connection over
+// MaxConns is closed at once) and the stop are package serve's, as for
+// every way in. The gRPC side bounds message size, streams per
+// connection, the handshake, idle connections, MaxRequests the gRPC
+// requests in progress at once, and time: a connection on which an
+// answer cannot be written within RequestTimeout, the client's
+// flow-control window spent or nothing read, is closed (conns.go); the
+// HTTP server bounds a request's head, body and time.
 //
 // The service decides through a decide.Limiter, which *bucket.Table is.
 package gubernator
@@ -38,7 +38,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dthrottle/dthrottle/internal/ways/decide"
-	"github.com/dthrottle/dthrottle/internal/ways/h2watch"
+	"github.com/dthrottle/dthrottle/internal/ways/h2unary"
 	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
 
@@ -66,17 +66,18 @@ type Config struct {
 	// limit (dthrottled gives its gubernator.max_conns).
 	MaxConns int
 	// MaxRequests is the most gRPC requests in progress at once, on all
-	// connections together: one more is answered RESOURCE_EXHAUSTED at
-	// once. 0 or less means no limit (dthrottled gives its
-	// gubernator.max_requests). An HTTP connection asks one at a time.
+	// connections together, each from its headers until its answer is
+	// written: one more is answered RESOURCE_EXHAUSTED at once. 0 or
+	// less means no limit (dthrottled gives its gubernator.max_requests).
+	// An HTTP connection asks one at a time.
 	MaxRequests int
 	// HandshakeTimeout closes a gRPC connection that has not completed
 	// the HTTP/2 handshake within it, and an HTTP connection whose
 	// request head takes longer. RequestTimeout answers a gRPC request
 	// not received in full within it DEADLINE_EXCEEDED, closes a gRPC
 	// connection on which an answer cannot be written within it of the
-	// request's headers, or a write waits longer (package h2watch), and
-	// closes an HTTP connection whose request and answer take longer. IdleTimeout
+	// request's headers, or a write waits longer, and closes an HTTP
+	// connection whose request and answer take longer. IdleTimeout
 	// closes a connection with no request for that long.
 	HandshakeTimeout, RequestTimeout, IdleTimeout time.Duration
 	// Peers returns how many peers the node knows, for HealthCheck's
@@ -111,8 +112,8 @@ type Stats struct {
 // with New. It is safe for concurrent use; the zero Server is not usable.
 type Server struct {
 	*serve.Server
-	svc *service
-	dog *h2watch.Watchdog
+	svc  *service
+	grpc *h2unary.Server
 }
 
 // New returns a Server that decides through l. It serves nothing until
@@ -130,13 +131,13 @@ func New(l decide.Limiter, cfg Config) *Server {
 	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout)
 	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout)
 	h := newConnHandler(svc, cfg, log)
-	return &Server{Server: serve.New(h, serve.Config{Name: "gubernator api", MaxConns: cfg.MaxConns, Logger: log}), svc: svc, dog: h.dog}
+	return &Server{Server: serve.New(h, serve.Config{Name: "gubernator api", MaxConns: cfg.MaxConns, Logger: log}), svc: svc, grpc: h.grpc}
 }
 
 // Stats returns the counters.
 func (s *Server) Stats() Stats {
 	c := &s.svc.counts
-	return Stats{Stats: s.Server.Stats(), Calls: c.calls.Load(), TooLarge: c.tooLarge.Load(), Busy: c.busy.Load(), Stalled: s.dog.Stalled(),
+	return Stats{Stats: s.Server.Stats(), Calls: c.calls.Load(), TooLarge: c.tooLarge.Load(), Busy: s.grpc.Busy(), Stalled: s.grpc.Stalled(),
 		UnderLimit: c.under.Load(), OverLimit: c.over.Load(), Errors: c.errors.Load()}
 }
 
@@ -150,7 +151,7 @@ type service struct {
 	advertise string
 	stopping  atomic.Bool // HealthCheck says unhealthy once the stop began
 	counts    struct {
-		calls, tooLarge, busy, under, over, errors atomic.Uint64
+		calls, tooLarge, under, over, errors atomic.Uint64
 	}
 }
 

@@ -223,12 +223,14 @@ func TestMaxRequests(t *testing.T) {
 		return bucket.Verdict{Allowed: true}, nil
 	}}
 	s, addr, _ := startServer(t, fake, Config{MaxRequests: 1})
-	c := dial(t, addr)
+	// Two connections: a connection's calls are decided one after the
+	// other, on its own goroutine, so the second waits on another.
+	c, c2 := dial(t, addr), dial(t, addr)
 	req := &guber.GetRateLimitsReq{Requests: []*guber.RateLimitReq{{Name: "n", UniqueKey: "k", Hits: 1, Limit: 1, Duration: 1000}}}
 	first := make(chan error, 1)
 	go func() { _, err := c.GetRateLimits(ctx(t), req); first <- err }()
 	<-entered
-	if _, err := c.GetRateLimits(ctx(t), req); status.Code(err) != codes.ResourceExhausted {
+	if _, err := c2.GetRateLimits(ctx(t), req); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("second request while one is in progress: %v, want ResourceExhausted", err)
 	}
 	close(release)

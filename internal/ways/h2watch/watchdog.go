@@ -2,8 +2,9 @@
 // server answer can hold: a [Watchdog] watches each connection a gRPC
 // server serves, reading its frames as they pass (frames.go), and closes
 // a connection whose stream cannot be answered within a timeout, or
-// whose writes block that long. Every gRPC way in (the rate limit
-// service, Gubernator's API) watches its connections with one.
+// whose writes block that long. The rate limit service watches the
+// connections its gRPC server serves with one; Gubernator's API serves
+// its own (package h2unary), which keeps the same bounds itself.
 //
 // The gRPC server queues a reply's message until the client's
 // flow-control window lets it be sent, and holds the stream, counted

@@ -1,5 +1,6 @@
 // Package h2test is an HTTP/2 client written frame by frame, for the tests
-// of the gRPC ways in and their watchdog (package h2watch): it opens
+// of the gRPC ways in, their watchdog (package h2watch) and the unary
+// server (package h2unary): it opens
 // streams with the windows a test chooses, sends a call's headers and
 // message, and reads the server's frames as they come, acknowledging its
 // SETTINGS and PINGs, so that a test can be the client that never reads.
@@ -67,29 +68,57 @@ func (h *Conn) Call(id uint32, method string, msg proto.Message) {
 }
 
 // Send sends a call of method with msg on stream id: its headers, then
-// its message, which ends the stream.
+// its message in DATA frames of at most 16 KiB, the last ending the
+// stream.
 func (h *Conn) Send(id uint32, method string, msg proto.Message) error {
-	b, err := proto.Marshal(msg)
-	if err != nil {
+	if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.HeaderBlock(method), EndHeaders: true}); err != nil {
 		return err
 	}
+	const maxFrame = 16 << 10
+	b := Message(msg)
+	for len(b) > maxFrame {
+		if err := h.fr.WriteData(id, false, b[:maxFrame]); err != nil {
+			return err
+		}
+		b = b[maxFrame:]
+	}
+	return h.fr.WriteData(id, true, b)
+}
+
+// HeaderBlock is a call's request header block for method, encoded with
+// the connection's HPACK encoder, extra fields after gRPC's; the bytes
+// are the caller's.
+func (h *Conn) HeaderBlock(method string, extra ...hpack.HeaderField) []byte {
 	h.hb.Reset()
 	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "h2test"},
 		{":path", method}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
 		h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
-	if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hb.Bytes(), EndHeaders: true}); err != nil {
-		return err
+	for _, f := range extra {
+		h.enc.WriteField(f)
 	}
-	return h.fr.WriteData(id, true, append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b))), b...))
+	return bytes.Clone(h.hb.Bytes())
 }
+
+// Message is msg as a gRPC message: uncompressed, its length, its bytes.
+func Message(msg proto.Message) []byte {
+	b, err := proto.Marshal(msg)
+	if err != nil {
+		panic("h2test: " + err.Error())
+	}
+	return append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b))), b...)
+}
+
+// Framer is the connection's framer, for a test to write any frame.
+func (h *Conn) Framer() *http2.Framer { return h.fr }
 
 // WindowUpdate opens the window of stream (0: the connection's) by incr
 // bytes.
 func (h *Conn) WindowUpdate(stream, incr uint32) error { return h.fr.WriteWindowUpdate(stream, incr) }
 
 // Next returns the server's next frame, having acknowledged its SETTINGS
-// and PINGs; an error once the connection ends.
+// and PINGs (an acknowledgement of the client's PING is returned); an
+// error once the connection ends.
 func (h *Conn) Next() (http2.Frame, error) {
 	for {
 		f, err := h.fr.ReadFrame()
@@ -105,8 +134,8 @@ func (h *Conn) Next() (http2.Frame, error) {
 		case *http2.PingFrame:
 			if !f.IsAck() {
 				h.fr.WritePing(true, f.Data)
+				continue
 			}
-			continue
 		}
 		return f, nil
 	}
@@ -144,4 +173,31 @@ func HeaderValue(f *http2.MetaHeadersFrame, name string) string {
 		}
 	}
 	return ""
+}
+
+// Sync sends a PING and reads until its acknowledgement, adding the DATA
+// bytes read meanwhile to *data and failing the test if a stream ends:
+// the server handles frames in order, so what it sends before the
+// acknowledgement is all it could send for what came before the PING.
+func (h *Conn) Sync(data *int) {
+	h.t.Helper()
+	if err := h.fr.WritePing(false, [8]byte{'s', 'y', 'n', 'c'}); err != nil {
+		h.t.Fatal(err)
+	}
+	for {
+		f, err := h.Next()
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		switch f := f.(type) {
+		case *http2.PingFrame:
+			return
+		case *http2.DataFrame:
+			*data += int(f.Length)
+		case *http2.MetaHeadersFrame:
+			if f.StreamEnded() {
+				h.t.Fatalf("stream %d ended before the PING's acknowledgement: %v", f.StreamID, f.Fields)
+			}
+		}
+	}
 }
