@@ -18,14 +18,18 @@ import (
 // ways are the ways in, opened in this order at start; each returns nil
 // when the config leaves it off. A new way in is a file with its opener
 // and one line here.
+//
+// The line protocol's comes last: a client that finds its Unix socket
+// listening (a readiness check, a test) finds every other way's listener
+// bound too.
 var ways = []func(d *Daemon, cfg config.Config) (*way, error){
-	(*Daemon).openLine,       // line.go: the line protocol on listen.unix and listen.tcp
 	(*Daemon).openHTTP,       // http.go: the HTTP decision endpoint on http.listen
 	(*Daemon).openSPOE,       // spoe.go: the SPOE agent on spoe.listen
 	(*Daemon).openCharge,     // charge.go: the line protocol's charge form on listen.charge_unix and listen.charge_tcp
 	(*Daemon).openRLS,        // rls.go: the rate limit service for Envoy on rls.listen
 	(*Daemon).openGubernator, // gubernator.go: Gubernator's API on gubernator.grpc and gubernator.http
 	(*Daemon).openHAProxy,    // haproxy.go: the peer of HAProxy's stick tables on haproxy.listen
+	(*Daemon).openLine,       // line.go: the line protocol on listen.unix and listen.tcp
 }
 
 // way is one way in while the daemon runs: its server, the listeners it
