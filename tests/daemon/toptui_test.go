@@ -66,6 +66,19 @@ func (a *fakeTopAdmin) lastQuery() string {
 	return a.queries[len(a.queries)-1]
 }
 
+// awaitQuery waits, at most 5 s, for top's last query to be want: the
+// view may draw what a key changed before it asks again.
+func (a *fakeTopAdmin) awaitQuery(t *testing.T, after, want string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for a.lastQuery() != want && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if q := a.lastQuery(); q != want {
+		t.Errorf("after %s: asked %q, want %q", after, q, want)
+	}
+}
+
 // tmuxPane is a shell in a detached tmux session on a server of the
 // test's own.
 type tmuxPane struct {
@@ -171,21 +184,15 @@ func TestTopInTerminal(t *testing.T) {
 
 	p.send("s", false)
 	p.await("the served tags", contains("most served tags", "\nSERVED  ±ERROR", `"served-10.0.0.1"`))
-	if q := a.lastQuery(); q != "by=served&n=20&scope=cluster" {
-		t.Errorf("after s: asked %q", q)
-	}
+	a.awaitQuery(t, "s", "by=served&n=20&scope=cluster")
 	p.send("c", false)
 	p.await("this node's tags", contains("most served tags, node, last"))
-	if q := a.lastQuery(); q != "by=served&n=20&scope=node" {
-		t.Errorf("after c: asked %q", q)
-	}
+	a.awaitQuery(t, "c", "by=served&n=20&scope=node")
 	p.send("p", false)
 	p.await("one policy", contains(`policy "default"`))
 	p.send("/login\r", false)
 	p.await("the policy typed", contains(`policy "login"`))
-	if q := a.lastQuery(); q != "by=served&n=20&policy=login&scope=node" {
-		t.Errorf("after /login: asked %q", q)
-	}
+	a.awaitQuery(t, "/login", "by=served&n=20&policy=login&scope=node")
 
 	p.send("q", false)
 	s = p.await("top to exit", contains("EXIT=0"))
