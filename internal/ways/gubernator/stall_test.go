@@ -24,15 +24,7 @@ func TestStalledClient(t *testing.T) {
 	for id := uint32(1); id <= 5; id += 2 {
 		c.Call(id, guber.V1_GetRateLimits_FullMethodName, req)
 	}
-	for {
-		f, err := c.Next()
-		if err != nil {
-			break
-		}
-		if f, ok := f.(*http2.MetaHeadersFrame); ok && f.StreamEnded() {
-			t.Fatalf("stream %d ended: %v", f.StreamID, f.Fields)
-		}
-	}
+	c.UntilClosed()
 	if took := time.Since(start); took < timeout {
 		t.Errorf("closed %v after the calls, before the request timeout (%v)", took, timeout)
 	}

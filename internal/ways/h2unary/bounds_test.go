@@ -50,22 +50,7 @@ func TestStalledClient(t *testing.T) {
 			for id := uint32(1); id <= 5; id += 2 {
 				c.Call(id, echoMethod, echo(100))
 			}
-			begun, data := 0, 0
-			for {
-				f, err := c.Next()
-				if err != nil {
-					break
-				}
-				switch f := f.(type) {
-				case *http2.MetaHeadersFrame:
-					if f.StreamEnded() {
-						t.Fatalf("stream %d ended: %v", f.StreamID, f.Fields)
-					}
-					begun++
-				case *http2.DataFrame:
-					data += len(f.Data())
-				}
-			}
+			begun, data := c.UntilClosed()
 			if took := time.Since(start); took < timeout {
 				t.Errorf("closed %v after the calls, before the timeout (%v)", took, timeout)
 			}
@@ -86,7 +71,7 @@ func TestStalledClient(t *testing.T) {
 func TestReaderGone(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
-	s, srv, addr := startServer(t, Config{RequestTimeout: 100 * time.Millisecond}, smallBuffers{l})
+	s, srv, addr := startServer(t, Config{RequestTimeout: 100 * time.Millisecond}, h2test.SmallBuffers{Listener: l})
 	nc, err := net.Dial("tcp", addr)
 	must(t, err)
 	defer nc.Close()
@@ -104,18 +89,6 @@ func TestReaderGone(t *testing.T) {
 	if n := s.InProgress(); n != 0 {
 		t.Errorf("%d calls in progress", n)
 	}
-}
-
-// smallBuffers is a listener whose connections have a small send buffer,
-// so that a client that reads nothing blocks the server's writes soon.
-type smallBuffers struct{ net.Listener }
-
-func (l smallBuffers) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		c.(*net.TCPConn).SetWriteBuffer(4 << 10)
-	}
-	return c, err
 }
 
 // TestMaxRequests: with MaxRequests in progress on the server, a call on

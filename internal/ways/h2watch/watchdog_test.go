@@ -28,22 +28,7 @@ func TestStalledClient(t *testing.T) {
 			for id := uint32(1); id <= 5; id += 2 {
 				c.Call(id, echoMethod, echo(100))
 			}
-			answered, data := 0, 0
-			for {
-				f, err := c.Next()
-				if err != nil {
-					break
-				}
-				switch f := f.(type) {
-				case *http2.MetaHeadersFrame:
-					if f.StreamEnded() {
-						t.Fatalf("stream %d ended: %v", f.StreamID, f.Fields)
-					}
-					answered++
-				case *http2.DataFrame:
-					data += len(f.Data())
-				}
-			}
+			answered, data := c.UntilClosed()
 			if took := time.Since(start); took < timeout {
 				t.Errorf("closed %v after the requests, before the timeout (%v)", took, timeout)
 			}
@@ -93,7 +78,7 @@ func TestSpentConnectionWindow(t *testing.T) {
 func TestReaderGone(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
-	dog, addr := startServer(t, 100*time.Millisecond, smallBuffers{l})
+	dog, addr := startServer(t, 100*time.Millisecond, h2test.SmallBuffers{Listener: l})
 	c, err := net.Dial("tcp", addr)
 	must(t, err)
 	defer c.Close()
@@ -109,18 +94,6 @@ func TestReaderGone(t *testing.T) {
 	}
 	poll(t, "the connection to be closed stalled", func() bool { return dog.Stalled() == 1 })
 	poll(t, "the streams to be ended", func() bool { return dog.Streams() == 0 })
-}
-
-// smallBuffers is a listener whose connections have a small send buffer,
-// so that a client that reads nothing blocks the server's writes soon.
-type smallBuffers struct{ net.Listener }
-
-func (l smallBuffers) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		c.(*net.TCPConn).SetWriteBuffer(4 << 10)
-	}
-	return c, err
 }
 
 // TestLastingWatch: a health watch outlives the timeout many times over

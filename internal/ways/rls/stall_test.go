@@ -30,22 +30,7 @@ func TestStalledClient(t *testing.T) {
 			for id := uint32(1); id <= 5; id += 2 {
 				c.Call(id, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k=v")}})
 			}
-			answered, data := 0, 0
-			for {
-				f, err := c.Next()
-				if err != nil {
-					break
-				}
-				switch f := f.(type) {
-				case *http2.MetaHeadersFrame:
-					if f.StreamEnded() {
-						t.Fatalf("stream %d ended: %v", f.StreamID, f.Fields)
-					}
-					answered++
-				case *http2.DataFrame:
-					data += len(f.Data())
-				}
-			}
+			answered, data := c.UntilClosed()
 			if took := time.Since(start); took < timeout {
 				t.Errorf("closed %v after the requests, before the request timeout (%v)", took, timeout)
 			}

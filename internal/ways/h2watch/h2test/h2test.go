@@ -165,6 +165,29 @@ func (h *Conn) NextEnd(id uint32, data *int) (*http2.MetaHeadersFrame, error) {
 	}
 }
 
+// UntilClosed reads until the connection ends, and returns how many
+// answers began (header blocks that did not end their stream) and the
+// DATA bytes read, failing the test if a stream ends: what a client that
+// holds its window shut gets before the server gives it up.
+func (h *Conn) UntilClosed() (begun, data int) {
+	h.t.Helper()
+	for {
+		f, err := h.Next()
+		if err != nil {
+			return begun, data
+		}
+		switch f := f.(type) {
+		case *http2.MetaHeadersFrame:
+			if f.StreamEnded() {
+				h.t.Fatalf("stream %d ended: %v", f.StreamID, f.Fields)
+			}
+			begun++
+		case *http2.DataFrame:
+			data += len(f.Data())
+		}
+	}
+}
+
 // HeaderValue is the value of field name in f, "" if it has none.
 func HeaderValue(f *http2.MetaHeadersFrame, name string) string {
 	for _, hf := range f.Fields {
@@ -200,4 +223,17 @@ func (h *Conn) Sync(data *int) {
 			}
 		}
 	}
+}
+
+// SmallBuffers is a listener whose connections have a small send buffer
+// (4 KiB), so that a client that reads nothing blocks the server's
+// writes soon.
+type SmallBuffers struct{ net.Listener }
+
+func (l SmallBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		c.(*net.TCPConn).SetWriteBuffer(4 << 10)
+	}
+	return c, err
 }
