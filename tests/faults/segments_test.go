@@ -145,7 +145,10 @@ func TestSegments(t *testing.T) {
 }`)
 	ld := harness.StartLoad(all, "cross", 8*time.Second)
 	ld.Wait(t, 0)
-	time.Sleep(4 * harness.LANInterval) // the last hits reach every node, or are lost
+	// The last hits reach every node, or are asked for until counted
+	// lost (a crossing only after peer.MaxAsks asks).
+	time.Sleep(4 * harness.LANInterval)
+	awaitRepairs(t, ds)
 	// Crossings lost on the link are asked for again (docs/design.md,
 	// "Lost reports are repaired"): repaired, or counted lost.
 	var lostCrossings, repaired float64

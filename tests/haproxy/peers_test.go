@@ -140,10 +140,10 @@ func TestHAProxyPeersReload(t *testing.T) {
 	// The master takes SIGUSR2 once it is done starting, which its log
 	// does not tell: the signal is sent again until it reloads.
 	for i := 0; !strings.Contains(p.Output(), "Reloading HAProxy"); i++ {
-		if i == 50 {
-			t.Fatalf("HAProxy did not reload on SIGUSR2\n%s", p.Output())
+		if i == 1000 {
+			t.Fatalf("HAProxy did not reload on SIGUSR2 within 10s\n%s", p.Output())
 		}
-		if i%10 == 0 {
+		if i%100 == 0 {
 			p.Cmd.Process.Signal(syscall.SIGUSR2)
 		}
 		time.Sleep(10 * time.Millisecond)

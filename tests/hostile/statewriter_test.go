@@ -63,6 +63,7 @@ const (
 // and the queries answered in a second beside the writer are, at the
 // median, at least half those answered in a second without it.
 func TestStateWriterBounded(t *testing.T) {
+	harness.Alone(t) // a ratio of throughputs, measured on two cores
 	d := harness.StartDaemon(t, fmt.Sprintf(stateWriterConfig, stateWriterTags))
 	admin, pid := d.AdminAddr(t), d.Cmd.Process.Pid
 	a := attachState(t, d.Sock)
