@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	guber "github.com/gubernator-io/gubernator/v2"
@@ -73,61 +71,43 @@ func (l Load) Run() (Result, error) {
 		reqs[i] = l.request(name, keys...)
 	}
 
-	var measuring, stop atomic.Bool
 	workers := make([]worker, l.Inflight)
-	errs := make(chan error, l.Inflight)
-	var wg sync.WaitGroup
-	ctx, cancel := context.WithTimeout(context.Background(), l.Warmup+l.Duration+30*time.Second)
-	defer cancel()
-	for w := range l.Inflight {
-		wg.Go(func() {
-			st := &workers[w]
-			key := w * len(reqs) / l.Inflight
-			for i := w; !stop.Load(); i++ {
-				t0 := time.Now()
-				resp, err := clients[i%len(clients)].GetRateLimits(ctx, reqs[key])
-				if err != nil {
-					errs <- err
-					return
-				}
-				if key++; key == len(reqs) {
-					key = 0
-				}
-				if !measuring.Load() {
-					continue
-				}
-				st.rtt = append(st.rtt, time.Since(t0))
-				r := resp.GetResponses()
-				st.errors += uint64(max(l.Batch-len(r), 0))
-				for _, a := range r {
-					switch {
-					case a.GetError() != "":
-						if st.errors++; st.firstErr == "" {
-							st.firstErr = a.GetError()
-						}
-					case a.GetStatus() == guber.Status_UNDER_LIMIT:
-						st.under++
-						st.decisions++
-					default:
-						st.decisions++
+	w, err := procstat.Run(l.Inflight, l.Warmup, l.Duration, l.Pids, func(ctx context.Context, w int, f *procstat.Flags) error {
+		st := &workers[w]
+		key := w * len(reqs) / l.Inflight
+		for i := w; !f.Stopped(); i++ {
+			t0 := time.Now()
+			resp, err := clients[i%len(clients)].GetRateLimits(ctx, reqs[key])
+			if err != nil {
+				return err
+			}
+			if key++; key == len(reqs) {
+				key = 0
+			}
+			if !f.Measuring() {
+				continue
+			}
+			st.rtt = append(st.rtt, time.Since(t0))
+			r := resp.GetResponses()
+			st.errors += uint64(max(l.Batch-len(r), 0))
+			for _, a := range r {
+				switch {
+				case a.GetError() != "":
+					if st.errors++; st.firstErr == "" {
+						st.firstErr = a.GetError()
 					}
+				case a.GetStatus() == guber.Status_UNDER_LIMIT:
+					st.under++
+					st.decisions++
+				default:
+					st.decisions++
 				}
 			}
-		})
-	}
-	w, err := procstat.Measure(errs, &measuring, l.Warmup, l.Duration, l.Pids)
-	stop.Store(true)
-	if err != nil {
-		cancel()
-	}
-	wg.Wait()
+		}
+		return nil
+	})
 	if err != nil {
 		return Result{}, err
-	}
-	select {
-	case err := <-errs:
-		return Result{}, err
-	default:
 	}
 	res := Result{Elapsed: w.Elapsed, ServerCPU: w.ServerCPU, LoadCPU: w.LoadCPU}
 	var rtt []time.Duration

@@ -9,8 +9,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -115,46 +113,28 @@ func (l RLSLoad) Run() (Result, error) {
 	}
 	order := rand.New(rand.NewPCG(uint64(l.Values), 'v')).Perm(l.Values)
 
-	var measuring, stop atomic.Bool
 	stats := make([]connStats, l.Inflight)
-	errs := make(chan error, l.Inflight)
-	var wg sync.WaitGroup
-	ctx, cancel := context.WithTimeout(context.Background(), l.Warmup+l.Duration+30*time.Second)
-	defer cancel()
-	for w := range l.Inflight {
-		wg.Go(func() {
-			st := &stats[w]
-			for i := w * len(order) / l.Inflight; !stop.Load(); i++ {
-				req := reqs[order[i%len(order)]]
-				t0 := time.Now()
-				resp, err := client.ShouldRateLimit(ctx, req)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if measuring.Load() {
-					st.rtt.add(time.Since(t0))
-					st.queries++
-					if resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
-						st.ok++
-					}
+	w, err := procstat.Run(l.Inflight, l.Warmup, l.Duration, l.Pids, func(ctx context.Context, w int, f *procstat.Flags) error {
+		st := &stats[w]
+		for i := w * len(order) / l.Inflight; !f.Stopped(); i++ {
+			req := reqs[order[i%len(order)]]
+			t0 := time.Now()
+			resp, err := client.ShouldRateLimit(ctx, req)
+			if err != nil {
+				return err
+			}
+			if f.Measuring() {
+				st.rtt.add(time.Since(t0))
+				st.queries++
+				if resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+					st.ok++
 				}
 			}
-		})
-	}
-	w, err := procstat.Measure(errs, &measuring, l.Warmup, l.Duration, l.Pids)
-	stop.Store(true)
-	if err != nil {
-		cancel()
-	}
-	wg.Wait()
+		}
+		return nil
+	})
 	if err != nil {
 		return Result{}, err
-	}
-	select {
-	case err := <-errs:
-		return Result{}, err
-	default:
 	}
 	var res Result
 	var h histogram

@@ -1,7 +1,9 @@
 package procstat
 
 import (
+	"context"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -58,4 +60,48 @@ func cpuOf(pids []int) (server, load time.Duration, err error) {
 	}
 	load, err = CPU(os.Getpid())
 	return server, load, err
+}
+
+// Flags are what a load's workers read: whether the window is measuring
+// (count only then) and whether the load is over (return then).
+type Flags struct{ measuring, stop atomic.Bool }
+
+// Measuring reports whether the window is open.
+func (f *Flags) Measuring() bool { return f.measuring.Load() }
+
+// Stopped reports whether the load is over.
+func (f *Flags) Stopped() bool { return f.stop.Load() }
+
+// Run runs a load: n workers, each calling work(ctx, w, f) once and
+// looping in it until f.Stopped, beside the measuring window of Measure.
+// A worker's error ends the window early, cancels ctx for the others,
+// and is returned. Run returns once every worker has returned.
+func Run(n int, warmup, duration time.Duration, pids []int, work func(ctx context.Context, w int, f *Flags) error) (Window, error) {
+	var f Flags
+	errs := make(chan error, n)
+	ctx, cancel := context.WithTimeout(context.Background(), warmup+duration+30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Go(func() {
+			if err := work(ctx, w, &f); err != nil {
+				errs <- err
+			}
+		})
+	}
+	win, err := Measure(errs, &f.measuring, warmup, duration, pids)
+	f.stop.Store(true)
+	if err != nil {
+		cancel()
+	}
+	wg.Wait()
+	if err != nil {
+		return Window{}, err
+	}
+	select {
+	case err := <-errs:
+		return Window{}, err
+	default:
+	}
+	return win, nil
 }

@@ -1,6 +1,7 @@
 package procstat
 
 import (
+	"context"
 	"errors"
 	"os"
 	"sync/atomic"
@@ -58,5 +59,42 @@ func TestMeasure(t *testing.T) {
 	}
 	if _, err := Measure(nil, &measuring, 0, 0, []int{0}); err == nil {
 		t.Error("pid 0 measured without an error")
+	}
+}
+
+// TestRun: workers count only while the window measures and return once
+// it is over; one worker's error cancels the others and is returned.
+func TestRun(t *testing.T) {
+	counts := make([]int, 3)
+	w, err := Run(3, 20*time.Millisecond, 50*time.Millisecond, nil, func(ctx context.Context, i int, f *Flags) error {
+		for !f.Stopped() {
+			if f.Measuring() {
+				counts[i]++
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return nil
+	})
+	if err != nil || w.Elapsed < 50*time.Millisecond {
+		t.Fatalf("window %+v, %v", w, err)
+	}
+	for i, n := range counts {
+		if n == 0 || n > 60 {
+			t.Errorf("worker %d counted %d times in a 50 ms window of 1 ms steps", i, n)
+		}
+	}
+
+	failed := errors.New("worker failed")
+	var cancelled atomic.Int32
+	_, err = Run(3, time.Hour, time.Hour, nil, func(ctx context.Context, i int, f *Flags) error {
+		if i == 0 {
+			return failed
+		}
+		<-ctx.Done()
+		cancelled.Add(1)
+		return ctx.Err()
+	})
+	if !errors.Is(err, failed) || cancelled.Load() != 2 {
+		t.Fatalf("Run returned %v with %d workers cancelled, want the worker's error and 2", err, cancelled.Load())
 	}
 }
