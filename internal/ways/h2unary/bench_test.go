@@ -7,6 +7,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 )
 
 // BenchmarkCall is a call of 16 bytes echoed, from grpc-go's client over
@@ -23,7 +25,7 @@ func BenchmarkCall(b *testing.B) {
 	}
 	for _, srv := range servers {
 		b.Run(srv.name+"/serial", func(b *testing.B) {
-			cc := dial(b, srv.start(b))
+			cc := h2test.GRPC(b, srv.start(b))
 			in, out := echo(16), new(wrapperspb.BytesValue)
 			ctx := context.Background()
 			b.ReportAllocs()
@@ -34,7 +36,7 @@ func BenchmarkCall(b *testing.B) {
 			}
 		})
 		b.Run(srv.name+"/parallel", func(b *testing.B) {
-			cc := dial(b, srv.start(b))
+			cc := h2test.GRPC(b, srv.start(b))
 			ctx := context.Background()
 			b.SetParallelism(16)
 			b.ReportAllocs()

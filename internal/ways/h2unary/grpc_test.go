@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 )
 
 // TestGRPCClient: grpc-go's client calls through the server: answers of
@@ -19,7 +21,7 @@ import (
 // each error answer with grpc-go's codes and words.
 func TestGRPCClient(t *testing.T) {
 	s, _, addr := startServer(t, Config{}, nil)
-	cc := dial(t, addr)
+	cc := h2test.GRPC(t, addr)
 	for _, n := range []int{0, 1, 100, 16 << 10, 70 << 10, 1 << 20} {
 		out := new(wrapperspb.BytesValue)
 		if err := cc.Invoke(ctx(t), echoMethod, echo(n), out); err != nil || !bytes.Equal(out.Value, bytes.Repeat([]byte("e"), n)) {
@@ -64,7 +66,7 @@ func TestGRPCClient(t *testing.T) {
 	if err := cc.Invoke(ctx(t), echoMethod, echo(3), out, grpc.WaitForReady(true)); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "no call in progress", func() bool { return s.InProgress() == 0 })
+	h2test.Poll(t, "no call in progress", func() bool { return s.InProgress() == 0 })
 }
 
 // rawMessage is a request's bytes as they are sent, through rawCodec.

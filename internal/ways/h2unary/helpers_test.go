@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -76,33 +74,11 @@ func startServer(t testing.TB, cfg Config, l net.Listener) (*Server, *serve.Serv
 	return s, srv, l.Addr().String()
 }
 
-// dial is a grpc-go client connection to addr, closed when the test
-// ends.
-func dial(t testing.TB, addr string) *grpc.ClientConn {
-	t.Helper()
-	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	must(t, err)
-	t.Cleanup(func() { cc.Close() })
-	return cc
-}
-
 // ctx is a context that ends in 10 s, or with the test.
 func ctx(t testing.TB) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return c
-}
-
-// poll waits until cond holds, failing the test after 10 s.
-func poll(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10s for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func must(t testing.TB, err error) {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
@@ -79,25 +78,3 @@ func startServer(t testing.TB, timeout time.Duration, l net.Listener) (*Watchdog
 
 // echo is the echo call's message of n bytes.
 func echo(n int) proto.Message { return wrapperspb.Bytes(bytes.Repeat([]byte("e"), n)) }
-
-// dialConn is a gRPC client connection to addr, closed when the test
-// ends.
-func dialConn(t testing.TB, addr string) *grpc.ClientConn {
-	t.Helper()
-	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	must(t, err)
-	t.Cleanup(func() { cc.Close() })
-	return cc
-}
-
-// poll waits until cond holds, failing the test after 10s.
-func poll(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10s for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

@@ -35,7 +35,7 @@ func TestStalledClient(t *testing.T) {
 			if answered != 3 || data > 3*int(window) {
 				t.Errorf("%d answers begun, %d bytes of them sent; want 3 begun, at most %d bytes", answered, data, 3*window)
 			}
-			poll(t, "the streams to be ended", func() bool { return dog.Streams() == 0 })
+			h2test.Poll(t, "the streams to be ended", func() bool { return dog.Streams() == 0 })
 			if n := dog.Stalled(); n != 1 {
 				t.Errorf("%d connections stalled, want 1", n)
 			}
@@ -66,7 +66,7 @@ func TestSpentConnectionWindow(t *testing.T) {
 	if data > defaultWindow || data < defaultWindow-8<<10 {
 		t.Errorf("%d bytes of answers sent, want the connection's window, %d, nearly spent", data, defaultWindow)
 	}
-	poll(t, "the streams to be ended", func() bool { return dog.Streams() == 0 })
+	h2test.Poll(t, "the streams to be ended", func() bool { return dog.Streams() == 0 })
 	if n := dog.Stalled(); n != 1 {
 		t.Errorf("%d connections stalled, want 1", n)
 	}
@@ -92,8 +92,8 @@ func TestReaderGone(t *testing.T) {
 			break // the server closed it, or stopped reading
 		}
 	}
-	poll(t, "the connection to be closed stalled", func() bool { return dog.Stalled() == 1 })
-	poll(t, "the streams to be ended", func() bool { return dog.Streams() == 0 })
+	h2test.Poll(t, "the connection to be closed stalled", func() bool { return dog.Stalled() == 1 })
+	h2test.Poll(t, "the streams to be ended", func() bool { return dog.Streams() == 0 })
 }
 
 // TestLastingWatch: a health watch outlives the timeout many times over
@@ -103,12 +103,12 @@ func TestLastingWatch(t *testing.T) {
 	dog, addr := startServer(t, 20*time.Millisecond, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	w, err := healthpb.NewHealthClient(dialConn(t, addr)).Watch(ctx, &healthpb.HealthCheckRequest{})
+	w, err := healthpb.NewHealthClient(h2test.GRPC(t, addr)).Watch(ctx, &healthpb.HealthCheckRequest{})
 	must(t, err)
 	if r, err := w.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("Watch: %v, %v; want SERVING", r, err)
 	}
-	poll(t, "the watch to be checked 5 times", func() bool { return dog.lasting.Load() >= 5 })
+	h2test.Poll(t, "the watch to be checked 5 times", func() bool { return dog.lasting.Load() >= 5 })
 	if n, open := dog.Stalled(), dog.Streams(); n != 0 || open != 1 {
 		t.Errorf("%d connections stalled, %d streams open; want none stalled, the watch open", n, open)
 	}
@@ -126,7 +126,7 @@ func TestAnswered(t *testing.T) {
 			t.Fatalf("stream %d: %v", id, err)
 		}
 	}
-	poll(t, "the streams to be ended", func() bool { return dog.Streams() == 0 })
+	h2test.Poll(t, "the streams to be ended", func() bool { return dog.Streams() == 0 })
 	if n := dog.Stalled(); n != 0 {
 		t.Errorf("%d connections stalled, want 0", n)
 	}

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 )
 
 // TestBadRequests: each request over a limit is answered
@@ -72,7 +73,7 @@ func TestBadRequests(t *testing.T) {
 // service does not have is UNIMPLEMENTED.
 func TestMessageLimits(t *testing.T) {
 	_, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{})
-	cc := dialConn(t, addr)
+	cc := h2test.GRPC(t, addr)
 	c := &client{t: t, rl: rlsv3.NewRateLimitServiceClient(cc)}
 	_, err := c.call(&rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k=" + strings.Repeat("x", MaxMessageBytes))}})
 	wantCode(t, err, codes.ResourceExhausted, "a message over 64 KiB")
@@ -131,7 +132,7 @@ func (c *client) ask2(req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
 // connection goes on serving.
 func TestSlowRequest(t *testing.T) {
 	_, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{RequestTimeout: 100 * time.Millisecond})
-	cc := dialConn(t, addr)
+	cc := h2test.GRPC(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// Headers sent, the message never.
@@ -167,7 +168,7 @@ func TestHandshakeTimeout(t *testing.T) {
 	}
 	defer c.Close()
 	readUntilClosed(t, c, "a silent connection")
-	poll(t, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
+	h2test.Poll(t, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
 }
 
 // TestAbandonedConnection: a connection that completed the handshake and
@@ -186,7 +187,7 @@ func TestAbandonedConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	readUntilClosed(t, c, "an abandoned connection")
-	poll(t, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
+	h2test.Poll(t, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
 }
 
 // TestPingFlood: a client pinging more often than every 10 s is sent
@@ -222,7 +223,7 @@ func TestPingFlood(t *testing.T) {
 		}
 	}
 	readUntilClosed(t, c, "a connection flooding pings")
-	poll(t, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
+	h2test.Poll(t, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
 }
 
 // TestIdleTimeout: a connection with no request for IdleTimeout is sent
@@ -231,7 +232,7 @@ func TestIdleTimeout(t *testing.T) {
 	s, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{IdleTimeout: 100 * time.Millisecond})
 	c := dial(t, addr)
 	c.ask("api", desc("k=v"))
-	poll(t, "the idle connection to be closed", func() bool { return s.Stats().Active == 0 })
+	h2test.Poll(t, "the idle connection to be closed", func() bool { return s.Stats().Active == 0 })
 	c.ask("api", desc("k=v"))
 	if st := s.Stats(); st.Accepted != 2 {
 		t.Errorf("accepted %d connections, want 2", st.Accepted)
@@ -265,7 +266,7 @@ func TestMaxConns(t *testing.T) {
 // one.
 func TestHealth(t *testing.T) {
 	s, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{})
-	h := healthpb.NewHealthClient(dialConn(t, addr))
+	h := healthpb.NewHealthClient(h2test.GRPC(t, addr))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, name := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
@@ -337,7 +338,7 @@ func TestShutdownAnswersInFlight(t *testing.T) {
 		defer cancel()
 		stopped <- s.Shutdown(ctx)
 	}()
-	poll(t, "the listener to close", func() bool {
+	h2test.Poll(t, "the listener to close", func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()

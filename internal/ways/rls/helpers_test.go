@@ -11,13 +11,12 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 )
 
 // t0 is the instant the test clock starts at.
@@ -87,18 +86,6 @@ func serveOn(t testing.TB, s *Server, l net.Listener) {
 	})
 }
 
-// dialConn is a gRPC client connection to addr, closed when the test
-// ends.
-func dialConn(t testing.TB, addr string) *grpc.ClientConn {
-	t.Helper()
-	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return cc
-}
-
 // client asks a rate limit service.
 type client struct {
 	t  testing.TB
@@ -107,7 +94,7 @@ type client struct {
 
 func dial(t testing.TB, addr string) *client {
 	t.Helper()
-	return &client{t: t, rl: rlsv3.NewRateLimitServiceClient(dialConn(t, addr))}
+	return &client{t: t, rl: rlsv3.NewRateLimitServiceClient(h2test.GRPC(t, addr))}
 }
 
 // call sends req and returns the answer or the error.
@@ -179,18 +166,6 @@ func wantCode(t testing.TB, err error, want codes.Code, what string) {
 	t.Helper()
 	if st, _ := status.FromError(err); err == nil || st.Code() != want {
 		t.Errorf("%s: error %v, want %v", what, err, want)
-	}
-}
-
-// poll waits until cond holds, failing the test after 10s.
-func poll(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10s for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

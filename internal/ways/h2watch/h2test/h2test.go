@@ -4,7 +4,8 @@
 // streams with the windows a test chooses, sends a call's headers and
 // message, and reads the server's frames as they come, acknowledging its
 // SETTINGS and PINGs, so that a test can be the client that never reads.
-// A Conn is not safe for concurrent use.
+// A Conn is not safe for concurrent use. Beside it, what those tests all
+// need: a grpc-go client connection (GRPC) and a bounded wait (Poll).
 package h2test
 
 import (
