@@ -125,11 +125,11 @@ func TestHandshakeTimeout(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	_, srv, addr := startServer(t, Config{HandshakeTimeout: timeout}, nil)
 	for _, sent := range []string{"", http2.ClientPreface} {
+		start := time.Now() // the server's time begins once it accepts
 		nc, err := net.Dial("tcp", addr)
 		must(t, err)
 		defer nc.Close()
 		nc.SetDeadline(time.Now().Add(10 * time.Second))
-		start := time.Now()
 		_, err = io.WriteString(nc, sent)
 		must(t, err)
 		io.Copy(io.Discard, nc) // the server's SETTINGS, then the end
@@ -145,8 +145,10 @@ func TestHandshakeTimeout(t *testing.T) {
 func TestIdle(t *testing.T) {
 	const idle = 50 * time.Millisecond
 	_, _, addr := startServer(t, Config{IdleTimeout: idle}, nil)
-	c := h2test.Dial(t, addr)
+	// Before the dial: the server's idle time begins with the connection,
+	// before the handshake Dial waits for has ended.
 	start := time.Now()
+	c := h2test.Dial(t, addr)
 	for {
 		f, err := c.Next()
 		if err != nil {
@@ -162,6 +164,19 @@ func TestIdle(t *testing.T) {
 	if _, err := c.Next(); err == nil {
 		t.Error("the connection goes on after GOAWAY")
 	}
+
+	// A stream whose message is half sent holds the connection open past
+	// the idle time (a PING answered after it says so), and is answered.
+	c = h2test.Dial(t, addr)
+	fr := c.Framer()
+	msg := h2test.Message(echo(100))
+	must(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.HeaderBlock(echoMethod), EndHeaders: true}))
+	must(t, fr.WriteData(1, false, msg[:50]))
+	time.Sleep(3 * idle)
+	data := 0
+	c.Sync(&data) // fails the test on GOAWAY's close
+	must(t, fr.WriteData(1, true, msg[50:]))
+	answered(t, c, 1, "0")
 }
 
 // TestStop: when the stop begins, the client is sent GOAWAY naming the
