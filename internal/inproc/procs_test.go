@@ -368,8 +368,13 @@ func TestProcsExactThroughKills(t *testing.T) {
 	reports = append(reports, sockRep)
 	<-victimDone
 	t.Logf("victim started and killed %d times, %d of them while deciding", starts, killsDeciding)
-	if killsDeciding < 5 {
-		t.Errorf("victim killed deciding %d times, want at least 5", killsDeciding)
+	// Every other start waits for its victim to decide before the kill, so
+	// all of those must have; five of them, unless the machine was too
+	// loaded to start that many victims in the window.
+	if want := (starts + 1) / 2; killsDeciding < want || killsDeciding == 0 {
+		t.Errorf("victim killed deciding %d times of %d starts, want %d", killsDeciding, starts, max(want, 1))
+	} else if killsDeciding < 5 {
+		t.Logf("victim killed deciding only %d times: machine too loaded to start more", killsDeciding)
 	}
 	if fail {
 		t.FailNow()

@@ -61,6 +61,23 @@ func (c specClock) wait(off time.Duration) {
 	time.Sleep(time.Until(c.t0.Add(off)))
 }
 
+// refillAt is when C's bucket holds a token again, and boundary how far
+// from it a decision is checked.
+const (
+	refillAt = 9 * time.Second
+	boundary = 200 * time.Millisecond
+)
+
+// before fails the test when the step ended after T0+by, past which its
+// outcome no longer says anything about the daemon.
+func (c specClock) before(step string, by time.Duration) {
+	c.t.Helper()
+	if at := c.t0.Add(by); time.Now().After(at) {
+		c.t.Fatalf("%s ended at %s, after %s: this machine is too slow for the timeline's margins",
+			step, c.rel(time.Now()), c.rel(at))
+	}
+}
+
 // onTime fails the test when the step meant for T0+off ended more than
 // specLate after that instant: past it, the margins no longer hold and a
 // failure would say nothing about the daemon.
@@ -143,7 +160,9 @@ func TestSpecTimelineRealDaemons(t *testing.T) {
 	b := &specNode{name: "B", start: time.Now()}
 	b.d = harness.StartDaemon(t, specConfig)
 	b.up = time.Now()
-	c.onTime("B starting", -time.Second)
+	// B's reports and warm start run from its process start: all its
+	// socket's answer must do is come before C's burst.
+	c.before("B answering on its socket", 0)
 	nodes := []*specNode{a, b}
 	for _, n := range nodes {
 		n.d.AdminAddr(t)
@@ -196,24 +215,29 @@ func TestSpecTimelineRealDaemons(t *testing.T) {
 				n.name, tokens, c.rel(at), want)
 		}
 	}
-	c.onTime("reading the levels", levelsAt)
+	c.before("reading the levels", refillAt-boundary) // while C's level rises as a line
 
 	// The description's t=5.2 and on: both refuse while C's bucket
 	// refills, and serve once it holds a token again, at T0+9.
+	// Each step must end while its answer still holds: a refusal before
+	// T0+9, less the margin; once C is served again, it stays served.
 	for _, st := range []struct {
 		name string
 		off  time.Duration
 		want bool
+		by   time.Duration // 0: the answer holds however late
 	}{
-		{"T0+5.2 (the description's t=5.2)", 5200 * time.Millisecond, false},
-		{"T0+8.8 (0.8 tokens, not yet one)", 8800 * time.Millisecond, false},
-		{"T0+9.3 (both serve C again)", 9300 * time.Millisecond, true},
+		{"T0+5.2 (the description's t=5.2)", 5200 * time.Millisecond, false, refillAt - boundary},
+		{"T0+8.8 (0.8 tokens, not yet one)", 8800 * time.Millisecond, false, refillAt - boundary + specLate},
+		{"T0+9.3 (both serve C again)", 9300 * time.Millisecond, true, 0},
 	} {
 		c.wait(st.off)
 		for _, n := range nodes {
 			n.decide(t, c, st.name, st.want)
 		}
-		c.onTime(st.name, st.off)
+		if st.by != 0 {
+			c.before(st.name, st.by)
+		}
 	}
 
 	// Both warm starts are over, each with an answer: B's from A at its

@@ -134,10 +134,10 @@ func TestNginxModuleAskHung(t *testing.T) {
 	harness.StopDaemon(t, d)
 	const waiting = 6
 	answers := make(chan ngxAnswer, waiting)
+	start := time.Now() // before the first ask, whose timeout begins the failure
 	for i := range waiting {
 		ngxGetAsync(s, fmt.Sprintf("hung-new-%d", i), answers)
 	}
-	start := time.Now()
 	// All waiting at once on the connection, unless the first timed out
 	// already (a slow machine): then at least, all answered below.
 	for deadline := start.Add(400 * time.Millisecond); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {

@@ -167,12 +167,16 @@ func TestIdle(t *testing.T) {
 
 	// A stream whose message is half sent holds the connection open past
 	// the idle time (a PING answered after it says so), and is answered.
+	// A server of its own, whose idle time leaves the stream time to
+	// begin after the dial on a loaded machine.
+	const longer = 500 * time.Millisecond
+	_, _, addr = startServer(t, Config{IdleTimeout: longer}, nil)
 	c = h2test.Dial(t, addr)
 	fr := c.Framer()
 	msg := h2test.Message(echo(100))
 	must(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.HeaderBlock(echoMethod), EndHeaders: true}))
 	must(t, fr.WriteData(1, false, msg[:50]))
-	time.Sleep(3 * idle)
+	time.Sleep(2 * longer)
 	data := 0
 	c.Sync(&data) // fails the test on GOAWAY's close
 	must(t, fr.WriteData(1, true, msg[50:]))

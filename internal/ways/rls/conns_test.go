@@ -229,7 +229,9 @@ func TestPingFlood(t *testing.T) {
 // TestIdleTimeout: a connection with no request for IdleTimeout is sent
 // GOAWAY and closed; the client's next request opens another.
 func TestIdleTimeout(t *testing.T) {
-	s, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{IdleTimeout: 100 * time.Millisecond})
+	// The idle time runs from the connection: long enough for the first
+	// ask to be made on it on a loaded machine.
+	s, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{IdleTimeout: 500 * time.Millisecond})
 	c := dial(t, addr)
 	c.ask("api", desc("k=v"))
 	h2test.Poll(t, "the idle connection to be closed", func() bool { return s.Stats().Active == 0 })
