@@ -59,18 +59,7 @@ func startGRPCGo(b *testing.B) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	must(b, err)
 	srv := grpc.NewServer()
-	srv.RegisterService(&grpc.ServiceDesc{
-		ServiceName: "h2unary.test.Echo",
-		HandlerType: (*any)(nil),
-		Methods: []grpc.MethodDesc{{MethodName: "Echo",
-			Handler: func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-				in := new(wrapperspb.BytesValue)
-				if err := dec(in); err != nil {
-					return nil, err
-				}
-				return in, nil
-			}}},
-	}, struct{}{})
+	srv.RegisterService(h2test.EchoService("h2unary.test.Echo"), struct{}{})
 	go srv.Serve(l)
 	b.Cleanup(srv.Stop)
 	return l.Addr().String()

@@ -2,11 +2,11 @@ package h2watch
 
 import (
 	"bytes"
-	"context"
 	"net"
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -17,19 +17,6 @@ import (
 // echoMethod answers a BytesValue with itself: an answer as large as the
 // test asks.
 const echoMethod = "/h2watch.test.Echo/Echo"
-
-var echoDesc = grpc.ServiceDesc{
-	ServiceName: "h2watch.test.Echo",
-	HandlerType: (*any)(nil),
-	Methods: []grpc.MethodDesc{{MethodName: "Echo",
-		Handler: func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-			in := new(wrapperspb.BytesValue)
-			if err := dec(in); err != nil {
-				return nil, err
-			}
-			return in, nil
-		}}},
-}
 
 // watched is a listener whose connections dog watches.
 type watched struct {
@@ -58,7 +45,7 @@ func startServer(t testing.TB, timeout time.Duration, l net.Listener) (*Watchdog
 	}
 	dog := New(timeout)
 	srv := grpc.NewServer()
-	srv.RegisterService(&echoDesc, struct{}{})
+	srv.RegisterService(h2test.EchoService("h2watch.test.Echo"), struct{}{})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
 	done := make(chan struct{})

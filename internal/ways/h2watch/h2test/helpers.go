@@ -1,11 +1,13 @@
 package h2test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // GRPC is a grpc-go client connection to addr (host:port), closed when
@@ -29,5 +31,23 @@ func Poll(t testing.TB, what string, cond func() bool) {
 			t.Fatalf("waited 10s for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// EchoService is a grpc-go service of the given name whose one method,
+// Echo, answers a BytesValue with itself: an answer as large as the test
+// asks.
+func EchoService(name string) *grpc.ServiceDesc {
+	return &grpc.ServiceDesc{
+		ServiceName: name,
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{MethodName: "Echo",
+			Handler: func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+				in := new(wrapperspb.BytesValue)
+				if err := dec(in); err != nil {
+					return nil, err
+				}
+				return in, nil
+			}}},
 	}
 }
