@@ -140,8 +140,11 @@ func TestShortDeadlinesDetectHang(t *testing.T) {
 		if errors.Is(err, ErrBackoff) {
 			break
 		}
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("query %d: %v, want DeadlineExceeded", i, err)
+		// A query's own timer may fire with its context's on a busy
+		// machine, and either may be taken: the client's timeout notices
+		// the hang as well, and the next query is backed off.
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
+			t.Fatalf("query %d: %v, want DeadlineExceeded or ErrTimeout", i, err)
 		}
 		if i == 1000 {
 			t.Fatal("1000 queries canceled on a hung daemon, and no backoff")

@@ -438,6 +438,27 @@ static long decided(struct decider *d, int n)
     return sum;
 }
 
+/* await_view reattaches t until a view other than old is installed, and
+ * reports whether one was before deadline. The deciders see the retired
+ * view too and may reattach first: while one of them holds attach_mu,
+ * dt_reattach answers -1 with EAGAIN, as documented, and the view it
+ * installs is the one waited for, whoever installs it. */
+static int await_view(dt_table *t, const struct dt_view *old, int64_t deadline)
+{
+    const struct timespec pause = {0, 100000};
+
+    while (__atomic_load_n(&t->view, __ATOMIC_ACQUIRE) == old) {
+        if (dt_now() >= deadline) {
+            return 0;
+        }
+        if (dt_reattach(t) != 0 && errno != EAGAIN) {
+            return 0;
+        }
+        nanosleep(&pause, NULL);
+    }
+    return 1;
+}
+
 /* Threads decide while the daemon restarts under them again and again:
  * every reattach replaces the view they read, and none of them faults. */
 static void attach_race(void)
@@ -449,6 +470,7 @@ static void attach_race(void)
     struct decider d[DECIDERS];
     pthread_t th[DECIDERS];
     dt_table *t = NULL;
+    const struct dt_view *old;
     int stop = 0;
 
     fake_start(&f, 1, 0);
@@ -471,8 +493,9 @@ static void attach_race(void)
         tb_add(&b, "alpha", 5, 0, 0);
         fake_files(&f, &b, 1, &live[r]);
         tb_free(&b);
+        old = __atomic_load_n(&t->view, __ATOMIC_ACQUIRE);
         tb_put32(live[r - 1].table, TB_STATE, 2);
-        CHECK_EQ(dt_reattach(t), 0);
+        CHECK(await_view(t, old, deadline));
         /* Let the deciders run on the new view a while. */
         while (decided(d, DECIDERS) < before + 2000 && dt_now() < deadline) {
         }

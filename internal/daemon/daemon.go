@@ -54,6 +54,10 @@ type Options struct {
 	// sockets: tests gossip over an in-memory network. It is called only
 	// when gossip is configured (a group or peers).
 	Transports func(config.Gossip) (transport.Transport, error)
+	// RelayLink, when set with Transports, opens a relay's link to the
+	// relays of other segments (relay.mode = "serve") instead of a UDP
+	// socket; with Transports but not RelayLink a relay has no link.
+	RelayLink func(config.Relay) (transport.Transport, error)
 	// OnEvent, when set, is called with every Event, synchronously, from
 	// whichever goroutine caused it: it must not block or call back into the
 	// daemon.
@@ -91,6 +95,8 @@ type Daemon struct {
 	watchdog time.Duration
 	onEvent  func(Event)
 	version  string
+	// relayLink is Options.RelayLink.
+	relayLink func(config.Relay) (transport.Transport, error)
 
 	table  *bucket.Table
 	shares shareState      // the policies the table holds, at this node's share, share.go
@@ -122,6 +128,7 @@ func New(opts Options) (_ *Daemon, err error) {
 		log: opts.Logger, level: opts.Level, path: opts.Path, now: opts.Clock,
 		notify: opts.Notifier, watchdog: opts.WatchdogEvery, onEvent: opts.OnEvent,
 		version: opts.Version, cfg: cfg, passed: opts.Listeners, failed: make(chan error, 4),
+		relayLink: opts.RelayLink,
 	}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)

@@ -67,11 +67,16 @@ func (d *Daemon) startGossip(full config.Config, open func(config.Gossip) (trans
 	if err != nil {
 		return nil, err
 	}
-	if open == nil {
-		if err := run.relay.openLink(full.Relay, log); err != nil {
-			t.Close()
-			return nil, err
-		}
+	var lerr error
+	switch {
+	case open == nil:
+		lerr = run.relay.openLink(full.Relay, log)
+	case d.relayLink != nil:
+		lerr = run.relay.useLink(full.Relay, d.relayLink)
+	}
+	if lerr != nil {
+		t.Close()
+		return nil, lerr
 	}
 	var disc gossip.Discovery
 	if run.unicast != nil {

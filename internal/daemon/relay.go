@@ -22,8 +22,9 @@ import (
 // relayRun is the running relaying: the hold-back a reload changes, and
 // on a relay the link to other segments.
 type relayRun struct {
-	hold atomic.Pointer[holdSettings]
-	link *transport.UnicastTransport
+	hold    atomic.Pointer[holdSettings]
+	link    transport.Transport         // nil but on a relay with a link
+	unicast *transport.UnicastTransport // link, when it is a UDP socket
 }
 
 type holdSettings struct {
@@ -81,8 +82,22 @@ func (r *relayRun) openLink(cfg config.Relay, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("relay link %s: %w", cfg.Bind, err)
 	}
-	r.link = t
+	r.link, r.unicast = t, t
 	log.Info("relay: serving this segment", "link", t.LocalAddr().String(), "other_segments_relays", len(cfg.Peers))
+	return nil
+}
+
+// useLink takes, on a relay, the link open gives (Options.RelayLink)
+// instead of a socket: tests join segments over an in-memory network.
+func (r *relayRun) useLink(cfg config.Relay, open func(config.Relay) (transport.Transport, error)) error {
+	if cfg.Mode != config.RelayServe {
+		return nil
+	}
+	t, err := open(cfg)
+	if err != nil {
+		return fmt.Errorf("relay link: %w", err)
+	}
+	r.link = t
 	return nil
 }
 
@@ -92,8 +107,8 @@ func (r *relayRun) openLink(cfg config.Relay, log *slog.Logger) error {
 // tags in package config).
 func (r *relayRun) reloadRelay(node *gossip.Node, cur, next config.Config, table *bucket.Table) error {
 	node.SetRelay(r.relayConfig(next, table))
-	if r.link != nil && !slices.Equal(cur.Relay.Peers, next.Relay.Peers) {
-		return r.link.SetPeers(next.Relay.Peers)
+	if r.unicast != nil && !slices.Equal(cur.Relay.Peers, next.Relay.Peers) {
+		return r.unicast.SetPeers(next.Relay.Peers)
 	}
 	return nil
 }

@@ -53,6 +53,7 @@ type MemNetwork struct {
 	queue     memQueue        // datagram copies in flight
 	seq       uint64          // send order of queued copies, breaks ties
 	stats     MemStats
+	onTime    bool // each send arms a timer that delivers at the due time
 }
 
 // NewMemNetwork returns an empty network with the faults in cfg. now gives
@@ -76,6 +77,19 @@ func (n *MemNetwork) SetConfig(cfg MemConfig) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.cfg = cfg
+}
+
+// DeliverOnTime makes the network deliver by itself from now on: every
+// datagram sent arms a timer (time.AfterFunc) that calls Deliver at its
+// due time, so datagrams arrive as the clock passes their due time with
+// no test calling Deliver. Inside a testing/synctest bubble those timers
+// run on the bubble's fake clock, and whole daemons gossip on fake time.
+// The network's now must then be the clock the timers run on: time.Now,
+// or nil. Deliver may still be called; it delivers what is due sooner.
+func (n *MemNetwork) DeliverOnTime() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.onTime = true
 }
 
 // Join adds a node called name and returns its transport: its Send goes to
@@ -130,6 +144,10 @@ func (n *MemNetwork) reachable(from, to string) bool {
 func (n *MemNetwork) send(from *MemTransport, b []byte, only string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	var due []time.Time
+	if n.onTime {
+		defer func() { n.arm(due) }()
+	}
 	if from.closed {
 		return fmt.Errorf("transport: send from %s: %w", from.name, net.ErrClosed)
 	}
@@ -154,15 +172,28 @@ func (n *MemNetwork) send(from *MemTransport, b []byte, only string) error {
 			n.stats.Duplicated++
 		}
 		for range copies {
-			due := sent.Add(n.cfg.Delay)
+			at := sent.Add(n.cfg.Delay)
 			if n.cfg.Jitter > 0 {
-				due = due.Add(time.Duration(n.rng.Int64N(int64(n.cfg.Jitter))))
+				at = at.Add(time.Duration(n.rng.Int64N(int64(n.cfg.Jitter))))
 			}
 			n.seq++
-			heap.Push(&n.queue, memDatagram{due: due, seq: n.seq, from: from.name, to: to, data: data})
+			heap.Push(&n.queue, memDatagram{due: at, seq: n.seq, from: from.name, to: to, data: data})
+			due = append(due, at)
 		}
 	}
 	return nil
+}
+
+// arm starts a timer for each distinct due time, which delivers what is
+// due then. It is called with n.mu held; the timers take it themselves.
+func (n *MemNetwork) arm(due []time.Time) {
+	now := n.now()
+	for i, at := range due {
+		if i > 0 && at.Equal(due[i-1]) {
+			continue
+		}
+		time.AfterFunc(at.Sub(now), func() { n.Deliver(n.now()) })
+	}
 }
 
 // Deliver moves every datagram due at or before now into its receiver's
