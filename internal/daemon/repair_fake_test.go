@@ -36,8 +36,17 @@ type fakeRepairCase struct {
 	rate        float64
 	burst, load int
 	seeds       int64
+	interval    time.Duration // 0: fakeInterval
 	build       func(t *testing.T, c fakeRepairCase, loss float64, seed int64) (fakeCluster, []*transport.MemNetwork)
 	count       func(t *testing.T, c fakeRepairCase, cl fakeCluster, l *fakeLoad) fakeMissed
+}
+
+// iv is the case's report interval.
+func (c fakeRepairCase) iv() time.Duration {
+	if c.interval == 0 {
+		return fakeInterval
+	}
+	return c.interval
 }
 
 // fakeMissed is what a run's receivers never applied of the hits served.
@@ -69,12 +78,12 @@ func memNet(loss float64, seed int64) *transport.MemNetwork {
 func flatCluster(n int, group bool) func(t *testing.T, c fakeRepairCase, loss float64, seed int64) (fakeCluster, []*transport.MemNetwork) {
 	return func(t *testing.T, c fakeRepairCase, loss float64, seed int64) (fakeCluster, []*transport.MemNetwork) {
 		mem := memNet(loss, seed)
-		text := fakeConfig(c.rate, c.burst, fakeInterval, group, "")
+		text := fakeConfig(c.rate, c.burst, c.iv(), group, "")
 		var specs []fakeSpec
 		for i := range n {
 			specs = append(specs, fakeSpec{name: fmt.Sprintf("n%d", i+1), text: text, net: mem})
 		}
-		return startCluster(t, fakeInterval, specs), []*transport.MemNetwork{mem}
+		return startCluster(t, c.iv(), specs), []*transport.MemNetwork{mem}
 	}
 }
 
@@ -96,17 +105,17 @@ func segmentsCluster(t *testing.T, c fakeRepairCase, loss float64, seed int64) (
 	for s, seg := range []*transport.MemNetwork{segA, segB} {
 		for j := range 3 {
 			spec := fakeSpec{name: fmt.Sprintf("%c%d", 'a'+s, j+1), net: seg,
-				text: fakeConfig(c.rate, c.burst, fakeInterval, true, relayConfigText(j < 2))}
+				text: fakeConfig(c.rate, c.burst, c.iv(), true, relayConfigText(j < 2))}
 			if j < 2 {
 				spec.link = link
 			}
 			specs = append(specs, spec)
 		}
 	}
-	cl := startCluster(t, fakeInterval, specs)
+	cl := startCluster(t, c.iv(), specs)
 	// Every node hears its relays: a relay its segment's other one and
 	// the other segment's two, a node that uses them both of its own.
-	time.Sleep(5 * fakeInterval)
+	time.Sleep(5 * c.iv())
 	for j, n := range cl {
 		st := n.gossip.node.Stats().Relay
 		wantSeg, wantRemote := 2, 0
@@ -137,7 +146,7 @@ func flatMissed(t *testing.T, c fakeRepairCase, cl fakeCluster, l *fakeLoad) fak
 func checkFakeBound(t *testing.T, l *fakeLoad, n int, c fakeRepairCase, lost int) float64 {
 	t.Helper()
 	d := fakeDelay + fakeJitter
-	whole, second := clusterBound(n, c.rate, c.burst, fakeInterval, d, l.duration()), clusterBound(n, c.rate, c.burst, fakeInterval, d, time.Second)
+	whole, second := clusterBound(n, c.rate, c.burst, c.iv(), d, l.duration()), clusterBound(n, c.rate, c.burst, c.iv(), d, time.Second)
 	if s := l.served(); float64(s) > whole+float64(lost) {
 		t.Errorf("served %d in %v, over the bound %.0f for %d nodes plus %d hits lost", s, l.duration(), whole, n, lost)
 	}
@@ -200,7 +209,7 @@ func relayedMissed(t *testing.T, c fakeRepairCase, cl fakeCluster, l *fakeLoad) 
 func fakeRelayBound(n, s int, c fakeRepairCase, d, w time.Duration) float64 {
 	b, r := float64(c.burst), c.rate
 	theta := math.Ceil(fakeHold * b)
-	iv := fakeInterval.Seconds()
+	iv := c.iv().Seconds()
 	a := math.Ceil(b/r/iv) * iv
 	return b + r*w.Seconds() + float64(n-1)*(b+r*(3*iv+4*d.Seconds())+2*(theta-1)) + float64(s)*(theta-1)*(1+w.Seconds()/a)
 }
@@ -222,15 +231,15 @@ func measureFakeRepair(t *testing.T, c fakeRepairCase, lossy bool, seed int64) f
 		sent := cl.counters().Bytes - before
 		// A gap is noticed within two intervals and asked for from one
 		// interval later, once an interval, peer.MaxAsks times.
-		time.Sleep((peer.MaxAsks + 4) * fakeInterval)
+		time.Sleep((peer.MaxAsks + 4) * c.iv())
 		for _, n := range nets {
 			n.SetConfig(transport.MemConfig{Delay: fakeDelay, Jitter: fakeJitter})
 		}
-		time.Sleep(4 * fakeInterval)
+		time.Sleep(4 * c.iv())
 		settled := cl.counters()
-		time.Sleep(3 * fakeInterval)
+		time.Sleep(3 * c.iv())
 		if now := cl.counters(); now.Asked != settled.Asked {
-			t.Errorf("the nodes still ask for datagrams again %v after the loss ended: %d, then %d", 7*fakeInterval, settled.Asked, now.Asked)
+			t.Errorf("the nodes still ask for datagrams again %v after the loss ended: %d, then %d", 7*c.iv(), settled.Asked, now.Asked)
 		}
 		r.fakeMissed = c.count(t, c, cl, l)
 		r.served, r.most, r.dur = l.served(), l.most(time.Second), l.duration()
