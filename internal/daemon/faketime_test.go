@@ -185,6 +185,18 @@ func startCluster(t *testing.T, interval time.Duration, specs []fakeSpec) fakeCl
 	return c
 }
 
+// awaitPeers lets within pass and fails t unless every node of c then
+// hears n peers.
+func (c fakeCluster) awaitPeers(t *testing.T, n int, within time.Duration) {
+	t.Helper()
+	time.Sleep(within)
+	for _, node := range c {
+		if got := len(node.peers()); got != n {
+			t.Fatalf("%s hears %d peers %v after the cluster started, want %d", node.name, got, within, n)
+		}
+	}
+}
+
 // id is the node's gossip id.
 func (n *fakeNode) id() uint64 { return n.gossip.node.ID() }
 

@@ -37,7 +37,7 @@ type fakeRepairCase struct {
 	burst, load int
 	seeds       int64
 	interval    time.Duration // 0: fakeInterval
-	build       func(t *testing.T, c fakeRepairCase, loss float64, seed int64) (fakeCluster, []*transport.MemNetwork)
+	build       func(t *testing.T, c fakeRepairCase, seed int64) (fakeCluster, []*transport.MemNetwork)
 	count       func(t *testing.T, c fakeRepairCase, cl fakeCluster, l *fakeLoad) fakeMissed
 }
 
@@ -65,25 +65,27 @@ type fakeRepairRun struct {
 	fakeMissed
 }
 
-// memNet is a network of the repair cases: loss as given, delay and
-// jitter always, seeded.
-func memNet(loss float64, seed int64) *transport.MemNetwork {
-	n := transport.NewMemNetwork(transport.MemConfig{Loss: loss, Delay: fakeDelay, Jitter: fakeJitter, Seed: seed}, nil)
+// memNet is a network of the repair cases: lossless until the load,
+// with delay and jitter always, seeded.
+func memNet(seed int64) *transport.MemNetwork {
+	n := transport.NewMemNetwork(transport.MemConfig{Delay: fakeDelay, Jitter: fakeJitter, Seed: seed}, nil)
 	n.DeliverOnTime()
 	return n
 }
 
 // flatCluster is n daemons on one network, gossiping to a group or to
 // unicast peers.
-func flatCluster(n int, group bool) func(t *testing.T, c fakeRepairCase, loss float64, seed int64) (fakeCluster, []*transport.MemNetwork) {
-	return func(t *testing.T, c fakeRepairCase, loss float64, seed int64) (fakeCluster, []*transport.MemNetwork) {
-		mem := memNet(loss, seed)
+func flatCluster(n int, group bool) func(t *testing.T, c fakeRepairCase, seed int64) (fakeCluster, []*transport.MemNetwork) {
+	return func(t *testing.T, c fakeRepairCase, seed int64) (fakeCluster, []*transport.MemNetwork) {
+		mem := memNet(seed)
 		text := fakeConfig(c.rate, c.burst, c.iv(), group, "")
 		var specs []fakeSpec
 		for i := range n {
 			specs = append(specs, fakeSpec{name: fmt.Sprintf("n%d", i+1), text: text, net: mem})
 		}
-		return startCluster(t, c.iv(), specs), []*transport.MemNetwork{mem}
+		cl := startCluster(t, c.iv(), specs)
+		cl.awaitPeers(t, n-1, 2*c.iv())
+		return cl, []*transport.MemNetwork{mem}
 	}
 }
 
@@ -99,8 +101,8 @@ func relayConfigText(serve bool) string {
 
 // segmentsCluster is two segments of three daemons gossiping to a group
 // each, the first two of each relays joined by a link of their own.
-func segmentsCluster(t *testing.T, c fakeRepairCase, loss float64, seed int64) (fakeCluster, []*transport.MemNetwork) {
-	segA, segB, link := memNet(loss, seed), memNet(loss, seed+1), memNet(loss, seed+2)
+func segmentsCluster(t *testing.T, c fakeRepairCase, seed int64) (fakeCluster, []*transport.MemNetwork) {
+	segA, segB, link := memNet(seed), memNet(seed+1), memNet(seed+2)
 	var specs []fakeSpec
 	for s, seg := range []*transport.MemNetwork{segA, segB} {
 		for j := range 3 {
@@ -221,11 +223,14 @@ func fakeRelayBound(n, s int, c fakeRepairCase, d, w time.Duration) float64 {
 func measureFakeRepair(t *testing.T, c fakeRepairCase, lossy bool, seed int64) fakeRepairRun {
 	var r fakeRepairRun
 	synctest.Test(t, func(t *testing.T) {
-		loss := 0.0
+		cl, nets := c.build(t, c, seed)
 		if lossy {
-			loss = fakeLoss
+			// As on the real networks, the loss begins once the cluster
+			// has formed (every node hears its peers and relays).
+			for _, n := range nets {
+				n.SetConfig(transport.MemConfig{Loss: fakeLoss, Delay: fakeDelay, Jitter: fakeJitter})
+			}
 		}
-		cl, nets := c.build(t, c, loss, seed)
 		before := cl.counters().Bytes
 		l := runLoad(t, cl, "repair", c.dur, c.load, nil)
 		sent := cl.counters().Bytes - before
