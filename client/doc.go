@@ -27,7 +27,7 @@
 //
 // Every query is bounded by [Config.Timeout] (5 ms by default), dialing
 // included. When the daemon cannot answer in time, or at all, Allow answers
-// with the [FailMode]: [FailOpen] (the default, as the original design
+// with the [FailMode]: [FailOpen] (the default, as docs/protocol.md
 // advises: serve the request) or [FailClosed], and returns the error beside
 // the answer, so a caller may ignore the error and still be safe.
 //

@@ -13,6 +13,8 @@ import (
 	"github.com/dthrottle/dthrottle/internal/ways/httpapi"
 )
 
+//lint:file-ignore SA1008 SetHeaders sets the fields as the draft spells them, not canonicalised, and these tests read them so.
+
 // startEndpoint serves the daemon's HTTP decision endpoint, on a table of
 // its own, on l until the test ends; its clock stands still, so buckets
 // refill only when the test says. Policies: the default (1 a second,

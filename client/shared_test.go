@@ -15,6 +15,8 @@ import (
 	"github.com/dthrottle/dthrottle/internal/daemontest"
 )
 
+//lint:file-ignore SA1008 SetHeaders sets the fields as the draft spells them, not canonicalised, and these tests read them so.
+
 // runDaemon runs a real daemon on the Unix socket sock with config text
 // (the [listen] section's unix is added first) until stop or the test's
 // end.

@@ -7,9 +7,9 @@ import (
 
 // exactServed returns how many of the requests made at offsets times
 // (ascending, from the start of the run) one exact leaky bucket serves:
-// the bucket of DESIGN.md §2 for a single node, full at the start,
-// earning rate tokens a second up to burst, serving a request when it
-// holds at least one token and taking that token.
+// the bucket of docs/design.md, Semantics, for a single node, full at the
+// start, earning rate tokens a second up to burst, serving a request when
+// it holds at least one token and taking that token.
 //
 // It runs as the equivalent virtual-scheduling form (GCRA) in whole
 // nanoseconds, so that no rounding of a float level decides a request at

@@ -1,9 +1,9 @@
--- The leaky bucket of DESIGN.md §2 as a Redis script, for dthrottle-load's
--- comparison: tokens and last per key in a hash, refilled at rate up to
--- burst, one token per served query. The key expires once its bucket would
--- be full again, so Redis, like dthrottled, keeps only the tags active
--- lately. KEYS[1] is the tag, ARGV[1] the rate (tokens per second), ARGV[2]
--- the burst. Returns 1 (OK) or 0 (NO).
+-- The leaky bucket of docs/design.md, Semantics, as a Redis script, for
+-- dthrottle-load's comparison: tokens and last per key in a hash, refilled
+-- at rate up to burst, one token per served query. The key expires once
+-- its bucket would be full again, so Redis, like dthrottled, keeps only the
+-- tags active lately. KEYS[1] is the tag, ARGV[1] the rate (tokens per
+-- second), ARGV[2] the burst. Returns 1 (OK) or 0 (NO).
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local t = redis.call('TIME')

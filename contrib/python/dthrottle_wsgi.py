@@ -26,7 +26,7 @@ throttled at all when default_prefix is None.
 A refused request gets "429 Too Many Requests" with a Retry-After header,
 after an optional pause (delay seconds) that slows down greedy clients.
 
-The client fails safe, as the original design advises: every query has a
+The client fails safe, as docs/protocol.md advises: every query has a
 short timeout (10 ms by default); when the daemon does not answer, the
 request is served (fail_open=True, the default) or refused, and the client
 backs off (10 ms doubling up to 5 s) during which it answers at once

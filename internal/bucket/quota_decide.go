@@ -231,12 +231,3 @@ func (c *compiled) takeOver(rec record, old *compiled, qi int, now int64) {
 func (c *compiled) spentTat(old *compiled, tat, now int64) int64 {
 	return c.tatFor(float64(c.Burst)-(float64(old.Burst)-old.tokens(tat, old.at(now))), c.at(now))
 }
-
-// quotaOf returns the stated limit a record's policy index qi names, and
-// whether it names one.
-func (s *shard) quotaOf(qi int) (Quota, bool) {
-	if c := s.quotas.get(qi); c != nil {
-		return c.quota, true
-	}
-	return Quota{}, false
-}

@@ -14,7 +14,7 @@ func at(sec float64) time.Time {
 	return t0.Add(time.Duration(math.Round(sec * float64(time.Second))))
 }
 
-// specStep is one line of the original description's A/B timeline (README.md, The worked example): queries on one node,
+// specStep is one line of the worked example's A/B timeline (docs/protocol.md, The worked example): queries on one node,
 // a report from one node to the other, or a look at both buckets.
 type specStep struct {
 	at     float64
@@ -27,10 +27,10 @@ type specStep struct {
 	levelB float64
 }
 
-// TestSpecTimeline reproduces every decision of the original DThrottle
-// example: nodes A and B, burst 10, rate 1, reports every 5 s, client C
-// behind a random load balancer. Bucket levels in the spec are rounded; the
-// decisions are exact.
+// TestSpecTimeline reproduces every decision of the worked example
+// (docs/protocol.md): nodes A and B, burst 10, rate 1, reports every 5 s,
+// client C behind a random load balancer. Bucket levels in its table are
+// rounded; the decisions are exact.
 func TestSpecTimeline(t *testing.T) {
 	steps := []specStep{
 		{at: 0, op: "level", levelA: 10, levelB: 10},

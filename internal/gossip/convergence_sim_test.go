@@ -25,8 +25,7 @@ func convergence(t *testing.T, nodes int, interval time.Duration, mc transport.M
 	t.Helper()
 	const step, hits = 10 * time.Millisecond, 3000
 	applied := make([]map[string]time.Duration, nodes) // per node: tag -> when applied
-	var s *sim
-	s = newSim(t, nodes, bucket.Policy{Rate: 1, Burst: 10}, interval, mc, func(sn *simNode, cfg *Config) {
+	s := newSim(t, nodes, bucket.Policy{Rate: 1, Burst: 10}, interval, mc, func(sn *simNode, cfg *Config) {
 		i := int(sn.name[1] - '0')
 		applied[i] = map[string]time.Duration{}
 		inner := cfg.Apply

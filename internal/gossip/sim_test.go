@@ -138,8 +138,9 @@ func countBetween(served []time.Duration, from, to time.Duration) int {
 	return n
 }
 
-// TestSpecTimelineOverNetwork is the spec's A/B example with two gossiping
-// nodes: reports every 5 s, delivered 100 ms later.
+// TestSpecTimelineOverNetwork is the worked example's A/B timeline
+// (docs/protocol.md) with two gossiping nodes: reports every 5 s,
+// delivered 100 ms later.
 func TestSpecTimelineOverNetwork(t *testing.T) {
 	s := newSim(t, 2, bucket.Policy{Rate: 1, Burst: 10}, 5*time.Second, transport.MemConfig{Delay: 100 * time.Millisecond, Seed: 1})
 	const A, B = 0, 1

@@ -13,11 +13,11 @@ import (
 // The tests of this file hold warm start and the relays to counting every
 // hit exactly once on every node, on the harness of oncecluster_test.go.
 
-// TestSpecTimelineWarmStart is the description's A/B example (burst 10,
-// rate 1/s, reports every 5 s) on the defaults, warm start on, with B
-// started 0.3 s after A: A still warms when B answers it, and every hit
-// is counted once. It runs with A's report and A's repeated request in
-// either order, since both fall due at the same instant.
+// TestSpecTimelineWarmStart is the worked example (docs/protocol.md:
+// burst 10, rate 1/s, reports every 5 s) on the defaults, warm start on,
+// with B started 0.3 s after A: A still warms when B answers it, and
+// every hit is counted once. It runs with A's report and A's repeated
+// request in either order, since both fall due at the same instant.
 func TestSpecTimelineWarmStart(t *testing.T) {
 	for _, askFirst := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ask_first=%v", askFirst), func(t *testing.T) {
@@ -33,13 +33,13 @@ func TestSpecTimelineWarmStart(t *testing.T) {
 				tokens     float64 // the node's level after the step, unless NaN
 				checkLevel bool
 			}
-			// t0 = 1.3 s is the description's t = 0.1.
+			// t0 = 1.3 s is the example's t = 0.1.
 			steps := []step{
 				{at: 1300 * ms, node: a, n: 9, served: 9},
 				{at: 1300 * ms, node: b, n: 8, served: 8},
 				{at: 1400 * ms, node: a, n: 2, served: 1},
 				// Both reports are in (A's at 5 s, B's at 5.3 s): -8 + 5
-				// on both, as the description's t = 5.1.
+				// on both, as the example's t = 5.1.
 				{at: 6400 * ms, node: a, n: 1, served: 0},
 				{at: 6400 * ms, node: b, n: 1, served: 0},
 				// t0 + 4.5 s: -3.5 tokens on both.

@@ -36,9 +36,8 @@ type relay struct {
 	silentAfter time.Duration
 	byRelay     [][]gossip.Hit
 	live        []int
-	in, out     []gossip.Hit
+	out         []gossip.Hit
 	mine        []gossip.Hit
-	apply       []bucket.Hit
 }
 
 func newRelay(s *sim, hold bool) design {

@@ -23,7 +23,6 @@ import (
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
 	"github.com/dthrottle/dthrottle/internal/config"
-	"github.com/dthrottle/dthrottle/internal/gossip"
 	"github.com/dthrottle/dthrottle/internal/gossip/wire"
 )
 
@@ -126,7 +125,6 @@ type sim struct {
 	abusiveIdx  map[string]int // key of an abusive client -> its index
 	lostAbusive []float64      // per abusive client: hits lost, summed over receivers
 	lost        int            // (datagram, receiver) pairs lost
-	gossipHits  []gossip.Hit
 }
 
 // Run simulates cfg.

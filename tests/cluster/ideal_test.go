@@ -33,7 +33,7 @@ func TestIdealBucket(t *testing.T) {
 			}
 		}
 	}
-	t.Run("spec", func(t *testing.T) { // burst 10, rate 1, as the spec's A/B timeline
+	t.Run("spec", func(t *testing.T) { // burst 10, rate 1, as the worked example's A/B timeline
 		run(t, 10, 1, []step{
 			{0, 12, 10},                     // a full bucket serves its burst
 			{999 * time.Millisecond, 1, 0},  // a token is not whole yet

@@ -14,11 +14,12 @@ import (
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
-// This file plays the description's A/B timeline (docs: spec, "DThrottle's
-// Leaky Bucket") against two real dthrottled processes on the built-in
-// defaults, warm start included, started apart as real machines are.
+// This file plays the worked example's A/B timeline (docs/protocol.md,
+// "The worked example") against two real dthrottled processes on the
+// built-in defaults, warm start included, started apart as real machines
+// are.
 
-// specConfig is the description's policy: burst 10, rate 1, reports every
+// specConfig is the example's policy: burst 10, rate 1, reports every
 // 5 s. Everything else is left to the defaults; the admin endpoint is
 // there to read the levels.
 const specConfig = `
@@ -39,11 +40,11 @@ http = "127.0.0.1:0"
 // are compared at the instant they were read.
 const specLate = 150 * time.Millisecond
 
-// specTag is the description's client C.
+// specTag is the example's client C.
 const specTag = "C"
 
 // specClock places the timeline's steps at instants relative to T0, the
-// description's t=0.1 (C's burst).
+// example's t=0.1 (C's burst).
 type specClock struct {
 	t  *testing.T
 	t0 time.Time
@@ -55,7 +56,7 @@ func (c specClock) rel(at time.Time) string {
 }
 
 // wait sleeps until T0+off. The steps of the timeline happen at set
-// instants, as the description's do; the test never waits here for a
+// instants, as the example's do; the test never waits here for a
 // state, it polls for one with a deadline.
 func (c specClock) wait(off time.Duration) {
 	time.Sleep(time.Until(c.t0.Add(off)))
@@ -90,7 +91,7 @@ func (c specClock) onTime(step string, off time.Duration) {
 	}
 }
 
-// specNode is one of the description's two nodes.
+// specNode is one of the example's two nodes.
 type specNode struct {
 	name  string
 	d     *harness.Daemon
@@ -139,12 +140,12 @@ func okNO(ok bool) string {
 }
 
 // TestSpecTimelineRealDaemons: A starts, B 0.3 s later; at T0 (A's start
-// + 1.3 s) C's burst sends 11 queries to A, the description's 9 and then 2
+// + 1.3 s) C's burst sends 11 queries to A, the example's 9 and then 2
 // of which the second is refused, and 8 to B. A reports at its start + 5
 // s, B at its own. A, warming still when B starts (nobody answered it),
 // asks again at its start + 5 s, amid its first report, and B answers:
 // where levels cross between nodes, each hit must count once. Both nodes
-// then hold the description's level (-8+5 at its t=5.1, -3.5 at T0+4.5),
+// then hold the example's level (-8+5 at its t=5.1, -3.5 at T0+4.5),
 // refuse at T0+5.2 and until T0+9, and serve C again after.
 func TestSpecTimelineRealDaemons(t *testing.T) {
 	harness.Alone(t)
@@ -173,7 +174,7 @@ func TestSpecTimelineRealDaemons(t *testing.T) {
 		t.Fatalf("A before T0: warm start %+v, want warming with no answer (nobody was up to answer its request)", w)
 	}
 
-	// T0, the description's t=0.1 and t=0.2: A serves 10 and refuses the
+	// T0, the example's t=0.1 and t=0.2: A serves 10 and refuses the
 	// 11th; B serves 8.
 	c.wait(0)
 	for _, s := range []struct {
@@ -192,7 +193,7 @@ func TestSpecTimelineRealDaemons(t *testing.T) {
 	}
 	c.onTime("C's burst", 0)
 
-	// T0+4.5, the description's t=5.1 plus 0.4 s of refill: both reports
+	// T0+4.5, the example's t=5.1 plus 0.4 s of refill: both reports
 	// are in and both buckets hold C's global count, -8+5 then refilled
 	// to -3.5.
 	const levelsAt = 4500 * time.Millisecond
@@ -208,7 +209,7 @@ func TestSpecTimelineRealDaemons(t *testing.T) {
 		// -3.5 at T0+4.5 after this node's burst, moved by the refill
 		// between that instant and the read.
 		want := -3.5 + (at.Sub(n.spent) - levelsAt).Seconds()
-		t.Logf("T0+4.5: C on %s holds %.3f tokens at %s (the description's arithmetic: -3.5 at T0+4.5, %.3f at the read)",
+		t.Logf("T0+4.5: C on %s holds %.3f tokens at %s (the example's arithmetic: -3.5 at T0+4.5, %.3f at the read)",
 			n.name, tokens, c.rel(at), want)
 		if math.Abs(tokens-want) > 0.15 {
 			t.Errorf("T0+4.5: C on %s holds %.3f tokens at %s, want %.3f ± 0.15 (-3.5 at T0+4.5; lower: hits counted twice, higher: hits not counted)",
@@ -217,7 +218,7 @@ func TestSpecTimelineRealDaemons(t *testing.T) {
 	}
 	c.before("reading the levels", refillAt-boundary) // while C's level rises as a line
 
-	// The description's t=5.2 and on: both refuse while C's bucket
+	// The example's t=5.2 and on: both refuse while C's bucket
 	// refills, and serve once it holds a token again, at T0+9.
 	// Each step must end while its answer still holds: a refusal before
 	// T0+9, less the margin; once C is served again, it stays served.
@@ -227,7 +228,7 @@ func TestSpecTimelineRealDaemons(t *testing.T) {
 		want bool
 		by   time.Duration // 0: the answer holds however late
 	}{
-		{"T0+5.2 (the description's t=5.2)", 5200 * time.Millisecond, false, refillAt - boundary},
+		{"T0+5.2 (the example's t=5.2)", 5200 * time.Millisecond, false, refillAt - boundary},
 		{"T0+8.8 (0.8 tokens, not yet one)", 8800 * time.Millisecond, false, refillAt - boundary + specLate},
 		{"T0+9.3 (both serve C again)", 9300 * time.Millisecond, true, 0},
 	} {

@@ -174,7 +174,7 @@ func TestSocketActivation(t *testing.T) {
 }
 
 // TestSystemdSocketActivate runs the daemon under Debian's
-// systemd-socket-activate, as the operator would try it.
+// systemd-socket-activate, as an operator would try it.
 func TestSystemdSocketActivate(t *testing.T) {
 	tool := harness.RequireTool(t, "systemd-socket-activate")
 	dir := t.TempDir()

@@ -26,7 +26,7 @@ const (
 	repairSlack = 0.05 // the lossy run serves within this fraction of the lossless one
 )
 
-// repairPolicy is the issue's: burst 5, rate 2/s, hammered at 10x.
+// repairPolicy is the unicast case's: burst 5, rate 2/s, hammered at 10x.
 var repairPolicy = harness.NodeConfig{Rate: 2, Burst: 5}
 
 // repairCase is what a repair test runs: for how long, which policy, and
@@ -78,7 +78,7 @@ func TestRepair(t *testing.T) {
 	})
 }
 
-// repairUnicast is the check: four daemons sending to each
+// repairUnicast is the unicast case: four daemons sending to each
 // other as unicast peers, one tag hammered at 10x its rate for 60 s over
 // all four; with 20% of the datagrams dropped, served within 5% of the
 // same run without loss.

@@ -64,11 +64,6 @@ var (
 	errRequest  = fmt.Errorf("%w: snapshot request body is not a map", ErrMalformed)
 )
 
-// snapshotFixed is the size of an answer's body before its entries: a
-// fixarray header, the asker's id as uint64, the last flag and a map16
-// header.
-const snapshotFixed = 1 + 9 + 1 + 3
-
 // levelLen is the encoded size of one level entry.
 func levelLen(key []byte) int { return entryLen(Hit{Key: string(key)}) - 1 + 9 }
 

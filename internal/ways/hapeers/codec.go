@@ -99,7 +99,6 @@ const (
 
 // Errors of the decoder.
 var (
-	errShort     = errors.New("hapeers: message truncated")
 	errTooLong   = errors.New("hapeers: message longer than the limit")
 	errMalformed = errors.New("hapeers: malformed message")
 )

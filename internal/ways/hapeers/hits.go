@@ -72,7 +72,6 @@ type book struct {
 	prefix  string
 	counter int // the data type counted
 	maxKeys int
-	log     func(msg string, args ...any)
 
 	mu       sync.Mutex
 	tables   []tableDef

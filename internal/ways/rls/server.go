@@ -81,7 +81,7 @@ const (
 // What a connection's buffers hold. Envoy keeps a few connections and
 // sends small requests on them: 8 KiB read at once holds dozens (gRPC's
 // default reads 32 KiB). The write buffer is gRPC's default, 32 KiB,
-// shared between the connections (SharedWriteBuffer), so an idle
+// shared between the connections (gRPC's default too), so an idle
 // connection holds none. The windows are the smallest gRPC keeps
 // (64 KiB), and fixed: a request's message is at most 64 KiB, and gRPC
 // would otherwise widen them, up to 16 MiB, for a client that sends fast.
@@ -214,7 +214,6 @@ func New(t Table, cfg Config) *Server {
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPingInterval, PermitWithoutStream: true}),
 		grpc.InTapHandle(s.tap),
-		grpc.SharedWriteBuffer(true),
 		grpc.ReadBufferSize(readBufferBytes),
 		grpc.InitialWindowSize(windowBytes),
 		grpc.InitialConnWindowSize(windowBytes),

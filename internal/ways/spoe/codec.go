@@ -3,7 +3,6 @@ package spoe
 import (
 	"encoding/binary"
 	"errors"
-	"math"
 
 	"github.com/dthrottle/dthrottle/internal/ways/havarint"
 )
@@ -227,9 +226,6 @@ type arg struct {
 	name []byte
 	v    value
 }
-
-// maxArgs is the most arguments a message can carry (the count is a byte).
-const maxArgs = math.MaxUint8
 
 // readMessages decodes a NOTIFY payload, a LIST-OF-MESSAGES
 // (<name:string><nb-args:1><kv-list of nb-args items>...), into msgs,

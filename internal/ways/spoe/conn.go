@@ -51,10 +51,6 @@ type counts struct {
 // ends, so that a batch of many small NOTIFYs never holds much memory.
 const outFlush = 64 << 10
 
-// errClosing ends a connection after a frame that asked for it (a
-// DISCONNECT, a health check) or after an error already answered.
-var errClosing = errors.New("spoe: closing")
-
 // serve runs the connection until it ends. Every way out writes what is
 // due and, where the protocol asks for one, an AGENT-DISCONNECT.
 func (c *conn) serve() {
