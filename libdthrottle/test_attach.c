@@ -438,6 +438,35 @@ static long decided(struct decider *d, int n)
     return sum;
 }
 
+/* beater is the fake daemon's heartbeat: as dthrottled does, it beats in
+ * the table it hands out every 100 ms, so that the views the deciders
+ * read stay live however slowly the test runs (a view whose heartbeat is
+ * a second old is not, and the deciders would attach again). */
+struct beater {
+    struct tb *live;
+    int cur;  /* atomic: the index in live of the table handed out */
+    int stop; /* atomic */
+};
+
+static void *beat_loop(void *arg)
+{
+    struct beater *b = arg;
+    const struct timespec every = {0, 100000000};
+
+    while (!__atomic_load_n(&b->stop, __ATOMIC_ACQUIRE)) {
+        unsigned char le[8];
+        uint64_t v;
+        struct tb *live = &b->live[__atomic_load_n(&b->cur, __ATOMIC_ACQUIRE)];
+
+        /* One atomic store of the little-endian field, never torn. */
+        tb_put64(le, 0, (uint64_t)dt_now());
+        memcpy(&v, le, sizeof(v));
+        __atomic_store_n((uint64_t *)(void *)(live->table + TB_HEARTBEAT), v, __ATOMIC_RELEASE);
+        nanosleep(&every, NULL);
+    }
+    return NULL;
+}
+
 /* await_view reattaches t until a view other than old is installed, and
  * reports whether one was before deadline. The deciders see the retired
  * view too and may reattach first: while one of them holds attach_mu,
@@ -468,7 +497,8 @@ static void attach_race(void)
     struct fake f;
     struct tb b, live[RESTARTS + 1];
     struct decider d[DECIDERS];
-    pthread_t th[DECIDERS];
+    pthread_t th[DECIDERS], beat;
+    struct beater beats = {live, 0, 0};
     dt_table *t = NULL;
     const struct dt_view *old;
     int stop = 0;
@@ -479,6 +509,7 @@ static void attach_race(void)
     fake_files(&f, &b, 1, &live[0]);
     tb_free(&b);
     CHECK(dt_open(f.path, &t) == 0);
+    pthread_create(&beat, NULL, beat_loop, &beats);
     for (int i = 0; i < DECIDERS; i++) {
         memset(&d[i], 0, sizeof(d[i]));
         d[i].t = t;
@@ -493,6 +524,7 @@ static void attach_race(void)
         tb_add(&b, "alpha", 5, 0, 0);
         fake_files(&f, &b, 1, &live[r]);
         tb_free(&b);
+        __atomic_store_n(&beats.cur, r, __ATOMIC_RELEASE);
         old = __atomic_load_n(&t->view, __ATOMIC_ACQUIRE);
         tb_put32(live[r - 1].table, TB_STATE, 2);
         CHECK(await_view(t, old, deadline));
@@ -504,6 +536,8 @@ static void attach_race(void)
     for (int i = 0; i < DECIDERS; i++) {
         pthread_join(th[i], NULL);
     }
+    __atomic_store_n(&beats.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(beat, NULL);
     long ok = 0;
     for (int i = 0; i < DECIDERS; i++) {
         ok += d[i].answers[DT_OK];

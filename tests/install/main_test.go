@@ -1,8 +1,8 @@
-// Package install tests what an operator installs: the Debian packages
-// of packaging/debian (built with `make deb`, installed with apt-get,
-// their daemon and modules run, then removed and purged), the container
-// image of `make image` under podman, and the pod of
-// deploy/kubernetes/dthrottle.yaml under `podman kube play`.
+// Package install tests what an operator installs from the Debian
+// packages of packaging/debian: built with `make deb`, checked by
+// lintian, installed with apt-get, their daemon and modules run, then
+// upgraded, removed and purged. The container image and the pod are
+// tests/image's.
 package install
 
 import (
