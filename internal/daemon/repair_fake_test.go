@@ -131,6 +131,65 @@ func segmentsCluster(t *testing.T, c fakeRepairCase, seed int64) (fakeCluster, [
 	return cl, []*transport.MemNetwork{segA, segB, link}
 }
 
+// segmentRelays is five daemons on one segment gossiping to a group,
+// the first two relays and the other three using them.
+func segmentRelays(t *testing.T, c fakeRepairCase, seed int64) (fakeCluster, []*transport.MemNetwork) {
+	seg := memNet(seed)
+	var specs []fakeSpec
+	for j := range 5 {
+		specs = append(specs, fakeSpec{name: fmt.Sprintf("s%d", j+1), net: seg,
+			text: fakeConfig(c.rate, c.burst, c.iv(), true, relayConfigText(j < 2))})
+	}
+	cl := startCluster(t, c.iv(), specs)
+	time.Sleep(5 * c.iv())
+	for j, n := range cl {
+		want := 2
+		if j < 2 {
+			want = 1 // a relay does not count itself
+		}
+		if st := n.gossip.node.Stats().Relay; st.Relays != want {
+			t.Fatalf("%s hears %d relays, want %d", n.name, st.Relays, want)
+		}
+	}
+	return cl, []*transport.MemNetwork{seg}
+}
+
+// oneSegmentMissed counts, on one segment with relays, what the nodes
+// that use them missed of the hits the relays passed on, and the hits
+// the relays never summed, and checks the relay bound plus both.
+func oneSegmentMissed(t *testing.T, c fakeRepairCase, cl fakeCluster, l *fakeLoad) fakeMissed {
+	t.Helper()
+	var m fakeMissed
+	passed, summed := 0, uint64(0)
+	for _, r := range cl[:2] {
+		sum := r.gossip.node.Stats().Relay.Sum
+		summed += sum.Passed + sum.Dropped + sum.HeldHits
+		passed += int(sum.Passed)
+	}
+	if served := l.served(); int(summed) > served {
+		t.Errorf("the relays summed %d hits, more than the %d served", summed, served)
+	} else {
+		m.unrepaired = served - int(summed)
+	}
+	for _, user := range cl[2:] {
+		view := map[uint64]uint64{}
+		for _, p := range user.peers() {
+			view[p.Node] = p.Hits
+		}
+		applied := 0
+		for _, r := range cl[:2] {
+			applied += int(view[r.id()])
+		}
+		n := max(0, passed-applied)
+		m.lost, m.worst = m.lost+n, max(m.worst, n)
+	}
+	m.limit = fakeRelayBound(len(cl), 1, c, fakeDelay+fakeJitter, l.duration())
+	if s := l.served(); float64(s) > m.limit+float64(m.worst+m.unrepaired) {
+		t.Errorf("served %d in %v, over the relay bound %.0f plus %d hits lost and %d never summed", s, l.duration(), m.limit, m.worst, m.unrepaired)
+	}
+	return m
+}
+
 // flatMissed counts what each receiver of a cluster without relays
 // missed of the hits the others served (their peers view), and checks
 // the cluster bound plus the worst receiver's loss.
@@ -293,14 +352,26 @@ func compareFakeRepair(t *testing.T, c fakeRepairCase) {
 // TestRepairOnFakeTime is tests/faults' TestRepair on fake time, each
 // case over several seeds of the networks' faults: four unicast peers
 // (rate 2/s, burst 5, 20 queries a second, 60 s), four nodes of a group
-// (rate 20/s, burst 10, 200 a second, 20 s), and two segments of three
-// joined by relays (as the group, 60 s). The lossy run serves within 5%
-// of the lossless one in each.
+// (rate 20/s, burst 10, 200 a second, 20 s), two segments of three
+// joined by relays (as the group, 60 s), and one segment of five, two of
+// them relays, reporting every second (as the peers, 180 s). The lossy
+// run serves within 5% of the lossless one in each.
+//
+// Why 180 s for the last: through relays a lost hit reaches the others
+// up to five intervals late (noticed at the next datagram, asked for an
+// interval later, resent, then in the relay's next aggregate), five
+// seconds at this interval, and what the nodes serve meanwhile is owed
+// and paid back, after the load's end for the last such stretch, where
+// the count no longer sees it. That tail does not grow with the run: on
+// twelve seeds the lossy run served 1.06-1.16x the lossless one at 45 s
+// (+5 to +15 hits), 1.01-1.06x at 180 s (+4 to +23) and 0.99-1.02x at
+// 300 s (-3 to +13).
 func TestRepairOnFakeTime(t *testing.T) {
 	for _, c := range []fakeRepairCase{
 		{name: "unicast", dur: 60 * time.Second, rate: 2, burst: 5, load: 20, seeds: 3, build: flatCluster(4, false), count: flatMissed},
 		{name: "multicast", dur: 20 * time.Second, rate: 20, burst: 10, load: 200, seeds: 3, build: flatCluster(4, true), count: flatMissed},
 		{name: "relays", dur: 60 * time.Second, rate: 20, burst: 10, load: 200, seeds: 3, build: segmentsCluster, count: relayedMissed},
+		{name: "segment_relays", dur: 180 * time.Second, rate: 2, burst: 5, load: 20, seeds: 2, interval: time.Second, build: segmentRelays, count: oneSegmentMissed},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
