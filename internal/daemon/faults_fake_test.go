@@ -17,13 +17,14 @@ import (
 	ilimits "github.com/dthrottle/dthrottle/internal/limits"
 )
 
-// The fault tests on fake time are tests/faults' TestFaults with whole
-// daemons in one process (faketime_test.go): they hammer one tag on
-// every node of a cluster gossiping over an in-memory network while
-// something goes wrong between the peers, and hold the served count to
-// the cluster bound (docs/design.md, The cluster bound), with the delay
-// of the network (a millisecond and a half) for d where the real test
-// allows 100 ms. Each logs a "figures:" line (go test -v) for
+// The fault tests on fake time are what tests/faults' TestFaults ran on
+// real daemons in network namespaces, nftables injecting the faults, now
+// with whole daemons in one process (faketime_test.go): they hammer one
+// tag on every node of a cluster gossiping over an in-memory network
+// while something goes wrong between the peers, and hold the served
+// count to the cluster bound (docs/design.md, The cluster bound), with
+// the network's delay (a millisecond and a half) for d where the real
+// test allowed 100 ms. Each logs a "figures:" line (go test -v) for
 // docs/reliability.md.
 
 const (
@@ -62,8 +63,8 @@ func faultCluster(t *testing.T, specs []fakeSpec) fakeCluster {
 	return cl
 }
 
-// TestFaultsOnFakeTime is tests/faults' TestFaults on fake time, each
-// fault over seeds of its networks' delays and drops.
+// TestFaultsOnFakeTime is tests/faults' TestFaults of old on fake time,
+// each fault over seeds of its networks' delays and drops.
 func TestFaultsOnFakeTime(t *testing.T) {
 	seeded := func(seeds int64, run func(t *testing.T, seed int64)) func(t *testing.T) {
 		return func(t *testing.T) {
@@ -86,7 +87,7 @@ func TestFaultsOnFakeTime(t *testing.T) {
 	t.Run("policies", seeded(1, fakeFaultPolicies))
 }
 
-// fakeFaultLoss is tests/faults' faultLoss: 20% of the datagrams are
+// fakeFaultLoss is TestFaults/loss of old: 20% of the datagrams are
 // dropped (reports, repair requests and resends alike) once the cluster
 // has formed, and until the load's last hits are repaired or lost for
 // good. Every node asks for what it misses and has it sent again
@@ -119,7 +120,7 @@ func fakeFaultLoss(t *testing.T, seed int64) {
 	fakeFigures(t, l, limit, fmt.Sprintf("hits lost %d over all receivers, at most %d at one", sum, worst), cl.counters())
 }
 
-// fakeFaultKill is tests/faults' faultKill: a node is killed mid-load,
+// fakeFaultKill is TestFaults/kill of old: a node is killed mid-load,
 // as SIGKILL would (no last report, no goodbye), while it holds hits it
 // has not reported, and started again. The hits it served since its last
 // report die with it: at most one interval's worth, which the others
@@ -218,7 +219,7 @@ func hearAcross(c fakeCluster, silent bool) bool {
 	return true
 }
 
-// fakeFaultPartition is tests/faults' faultPartition: the network is cut
+// fakeFaultPartition is TestFaults/partition of old: the network is cut
 // between nodes 1-2 and 3-4 for the first half of the load, then heals.
 // Each side holds its own rate meanwhile (the cluster serves about twice
 // r); once healed, the datagrams missed are counted lost and the cluster
@@ -265,7 +266,7 @@ func fakeFaultPartition(t *testing.T, seed int64) {
 		split.Seconds(), apart.Round(time.Millisecond), strings.Join(sides, " and "), sideLimit, whole.Round(time.Millisecond), after, rest.Seconds(), float64(after)/rest.Seconds(), afterLimit), c)
 }
 
-// fakeFaultDuplicateReorder is tests/faults' faultDuplicateReorder: the
+// fakeFaultDuplicateReorder is TestFaults/duplicate_reorder of old: the
 // network delivers every datagram twice, and node 1's reach node 3 only
 // through the test, which relays them in swapped pairs. The duplicates
 // are dropped and counted; the late datagrams are applied, and no longer
@@ -307,7 +308,7 @@ func fakeFaultDuplicateReorder(t *testing.T, seed int64) {
 	fakeFigures(t, l, limit, fmt.Sprintf("%d pairs of node 1's datagrams swapped on their way to node 3; every hit applied exactly once on every node", swapped.Load()), c)
 }
 
-// fakeFaultForged is tests/faults' faultForged: the test, a stranger on
+// fakeFaultForged is TestFaults/forged_replayed of old: the test, a stranger on
 // the network, forges reports and replays a real one it captured, to the
 // live nodes and to a node restarted since. With a secret, forgeries are
 // dropped (auth). Without, they are applied: anyone on the network can
@@ -447,7 +448,7 @@ func fakeFaultForged(t *testing.T, seed int64, secret bool) {
 		t.Name(), outcome, dropped, after.DroppedStale-fc.DroppedStale, after.DroppedDuplicate-fc.DroppedDuplicate)
 }
 
-// fakeFaultPolicies is tests/faults' faultPolicies: node 3 runs twice the
+// fakeFaultPolicies is TestFaults/policies of old: node 3 runs twice the
 // rate and burst of the others. Every node counts the mismatching
 // datagrams and warns once per such peer. The cluster no longer holds one
 // rate: it holds the largest.
@@ -476,6 +477,10 @@ func fakeFaultPolicies(t *testing.T, seed int64) {
 		}
 	}
 	limit := checkFaultBound(t, l, len(cl), 2*faultRate, 2*faultBurst, faultDelay, 0)
-	fakeFigures(t, l, limit, fmt.Sprintf("bound with the largest policy (rate %g, burst %d); %.0f with the others'", 2*faultRate, 2*faultBurst,
-		clusterBound(len(cl), faultRate, faultBurst, fakeInterval, faultDelay, l.duration())), cl.counters())
+	mismatches := uint64(0)
+	for _, d := range cl {
+		mismatches += d.gossip.node.Stats().FingerprintMismatch
+	}
+	fakeFigures(t, l, limit, fmt.Sprintf("bound with the largest policy (rate %g, burst %d); %.0f with the others'; %d mismatching datagrams", 2*faultRate, 2*faultBurst,
+		clusterBound(len(cl), faultRate, faultBurst, fakeInterval, faultDelay, l.duration()), mismatches), cl.counters())
 }
