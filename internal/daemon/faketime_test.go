@@ -75,7 +75,10 @@ func (pipeAddr) String() string  { return "pipe" }
 type fakeNode struct {
 	*Daemon
 	name string
+	spec fakeSpec // what started it, to start it again
 	ev   *events
+	logs *fakeLog                // its log, at level info
+	tr   *transport.MemTransport // its gossip transport, nil without spec.net
 	l    *pipeListener
 	conn net.Conn
 	rd   *bufio.Reader
@@ -105,12 +108,15 @@ func (n *fakeNode) ask(t testing.TB, tag string) bool {
 
 // fakeSpec says how to start one daemon of a fake cluster: its name on
 // the networks, its configuration (TOML, without [listen]), the network
-// its gossip joins, and, on a relay, the network its link joins.
+// its gossip joins, and, on a relay, the network its link joins; wrap,
+// when set, stands between the daemon and its transport on net (to
+// filter or reorder what it receives).
 type fakeSpec struct {
 	name string
 	text string
 	net  *transport.MemNetwork
 	link *transport.MemNetwork
+	wrap func(*transport.MemTransport) transport.Transport
 }
 
 // startFake starts a daemon as spec says, inside the caller's bubble;
@@ -118,11 +124,17 @@ type fakeSpec struct {
 func startFake(t *testing.T, spec fakeSpec) *fakeNode {
 	t.Helper()
 	path, cfg := writeConfig(t, t.TempDir(), "", spec.text)
-	n := &fakeNode{name: spec.name, ev: newEvents(), l: newPipeListener()}
-	opts := Options{Config: cfg, Path: path, OnEvent: n.ev.hook, Version: "test",
+	n := &fakeNode{name: spec.name, spec: spec, ev: newEvents(), logs: &fakeLog{}, l: newPipeListener()}
+	opts := Options{Config: cfg, Path: path, OnEvent: n.ev.hook, Version: "test", Logger: n.logs.logger(),
 		Listeners: []NamedListener{{Listener: n.l, Name: spec.name}}}
 	if spec.net != nil {
-		opts.Transports = func(config.Gossip) (transport.Transport, error) { return spec.net.Join(spec.name), nil }
+		opts.Transports = func(config.Gossip) (transport.Transport, error) {
+			n.tr = spec.net.Join(spec.name)
+			if spec.wrap != nil {
+				return spec.wrap(n.tr), nil
+			}
+			return n.tr, nil
+		}
 	}
 	if spec.link != nil {
 		opts.RelayLink = func(config.Relay) (transport.Transport, error) { return spec.link.Join(spec.name), nil }

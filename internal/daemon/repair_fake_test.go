@@ -218,9 +218,21 @@ func checkFakeBound(t *testing.T, l *fakeLoad, n int, c fakeRepairCase, lost int
 }
 
 // relayedMissed counts, in two segments of three with relays, the hits
-// lost on either side of the relays (tests/faults' relayedMissed says
-// why the hits a relay never summed are beyond repair), and checks the
-// relay bound plus both.
+// lost on either side of the relays, and checks the relay bound plus
+// both:
+//
+//   - before: what each segment served and its relays did not sum (a
+//     relay's own hits, those the others sent it, in its counters as
+//     passed on, held back under the threshold, or dropped after the hold
+//     age), returned as hits the repair does not reach: a node sends a
+//     relay its hits only in intervals that have some, so a gap in that
+//     stream is noticed after a quiet longer than the silence timeout,
+//     taken for a split's and not asked for;
+//   - after: what the nodes that use relays (the third of each segment)
+//     missed of every hit the relays passed on: those their segment's
+//     two relays passed to them (their peers view), the other segment's
+//     included, returned as the hits lost over all receivers and at the
+//     worst one.
 func relayedMissed(t *testing.T, c fakeRepairCase, cl fakeCluster, l *fakeLoad) fakeMissed {
 	t.Helper()
 	var m fakeMissed
@@ -365,7 +377,8 @@ func compareFakeRepair(t *testing.T, c fakeRepairCase) {
 // the count no longer sees it. That tail does not grow with the run: on
 // twelve seeds the lossy run served 1.06-1.16x the lossless one at 45 s
 // (+5 to +15 hits), 1.01-1.06x at 180 s (+4 to +23) and 0.99-1.02x at
-// 300 s (-3 to +13).
+// 300 s (-3 to +13). Real daemons run only the group's case now
+// (real multicast, nftables' loss); the others moved here.
 func TestRepairOnFakeTime(t *testing.T) {
 	for _, c := range []fakeRepairCase{
 		{name: "unicast", dur: 60 * time.Second, rate: 2, burst: 5, load: 20, seeds: 3, build: flatCluster(4, false), count: flatMissed},

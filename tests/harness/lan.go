@@ -3,11 +3,9 @@ package harness
 import (
 	"context"
 	"fmt"
-	"net"
 	"os/exec"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -333,28 +331,4 @@ func (tp *Tap) Send(t *testing.T, b []byte) {
 	if err := tp.tr.Send(b); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// Relay passes on every datagram from the host at address from to the group, in
-// swapped pairs (the second, then the first), until the test ends, and
-// returns how many pairs it swapped so far.
-func (tp *Tap) Relay(from string) *atomic.Int64 {
-	swapped := new(atomic.Int64)
-	go func() {
-		var held []byte
-		for p := range tp.tr.Packets() {
-			if host, _, _ := net.SplitHostPort(p.From); host != from {
-				continue // our own copies come back from lanTest
-			}
-			if held == nil {
-				held = p.Data
-				continue
-			}
-			tp.tr.Send(p.Data)
-			tp.tr.Send(held)
-			held = nil
-			swapped.Add(1)
-		}
-	}()
-	return swapped
 }

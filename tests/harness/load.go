@@ -8,9 +8,10 @@ import (
 )
 
 // This file owns the load the cluster tests hammer a tag with
-// (faults_test.go, segments_test.go, rolling_test.go): when each query was
-// asked and what came of it, when each was served, and the counts over
-// windows that the bounds are checked against.
+// (tests/faults' repair_test.go, partition_test.go and segments_test.go,
+// tests/cluster's rolling_test.go): when each query was asked and what
+// came of it, when each was served, and the counts over windows that the
+// bounds are checked against.
 
 // Load queries one tag on a cluster's hosts in turn, at a steady rate
 // (faultLoad a second unless told otherwise), one query in flight over a
