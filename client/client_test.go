@@ -80,11 +80,11 @@ func TestAbsentDaemon(t *testing.T) {
 	}
 	// Backoff 10ms, 20ms, 40ms: one dial each time it ends, none before.
 	for i, pause := range []time.Duration{10, 20, 40} {
-		clk.step(pause*time.Millisecond - time.Nanosecond)
+		clk.Add(pause*time.Millisecond - time.Nanosecond)
 		if _, err := c.Allow(ctx, "a"); !errors.Is(err, ErrBackoff) {
 			t.Fatalf("probe %d: 1ns before the backoff ends: %v", i, err)
 		}
-		clk.step(time.Nanosecond)
+		clk.Add(time.Nanosecond)
 		if _, err := c.Allow(ctx, "a"); err == nil || errors.Is(err, ErrBackoff) {
 			t.Fatalf("probe %d: got %v, want a dial error", i, err)
 		}
@@ -96,7 +96,7 @@ func TestAbsentDaemon(t *testing.T) {
 	if _, err := c.Allow(ctx, "a"); !errors.Is(err, ErrBackoff) {
 		t.Fatalf("daemon back, still backing off: %v", err)
 	}
-	clk.step(80 * time.Millisecond)
+	clk.Add(80 * time.Millisecond)
 	for i := range 3 {
 		if ok, err := c.Allow(ctx, "no"); ok || err != nil {
 			t.Fatalf("daemon back, query %d: got %v, %v; want false, nil", i, ok, err)
@@ -170,7 +170,7 @@ func TestHungDaemon(t *testing.T) {
 	if _, err := c.Allow(context.Background(), "a"); !errors.Is(err, ErrBackoff) {
 		t.Fatalf("after the timeout: %v, want ErrBackoff", err)
 	}
-	clk.step(DefaultMinBackoff)
+	clk.Add(DefaultMinBackoff)
 	if _, err := c.Allow(context.Background(), "a"); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("probe: %v, want ErrTimeout", err)
 	}
@@ -188,7 +188,7 @@ func TestProbeAlone(t *testing.T) {
 	c.Allow(context.Background(), "a") // no daemon: backoff
 	g := newGated()
 	startFake(t, path, g.serve)
-	clk.step(DefaultMinBackoff)
+	clk.Add(DefaultMinBackoff)
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Allow(context.Background(), "probe")
@@ -235,7 +235,7 @@ func TestLateReplyDiscarded(t *testing.T) {
 	if err := recv(t, g.wrote, "late write"); err == nil {
 		t.Fatal("the late reply was written to a connection the client should have closed")
 	}
-	clk.step(DefaultMinBackoff)
+	clk.Add(DefaultMinBackoff)
 	c.timeout = long
 	c.health.hold = long
 	done := make(chan reply, 1)

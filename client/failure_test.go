@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // TestClosedMidReply: the daemon writes half a reply and closes. The query
@@ -55,7 +57,7 @@ func TestReconnect(t *testing.T) {
 		t.Fatalf("before the restart: %v, %v", ok, err)
 	}
 	f.stop()
-	waitFor(t, "the client to drop its closed connection", func() bool { return c.slots[0].cur.Load() == nil })
+	testkit.WaitFor(t, 10*time.Second, "the client to drop its closed connection", func() bool { return c.slots[0].cur.Load() == nil })
 	startFake(t, path, answer)
 	if ok, err := c.Allow(context.Background(), "no"); ok || err != nil {
 		t.Fatalf("after the restart: got %v, %v; want false, nil", ok, err)
@@ -176,17 +178,5 @@ func TestBackoffSteps(t *testing.T) {
 	}
 	if got := h.backoff(1000); got != 5*time.Second {
 		t.Errorf("1000 failures: got %v, want the 5s cap", got)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

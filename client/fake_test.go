@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // fakeDaemon is a hand-written stand-in for dthrottled on a Unix socket:
@@ -142,31 +144,14 @@ func (g *gated) serve(c net.Conn, r *bufio.Reader) {
 	}
 }
 
-// fakeClock is a clock tests step by hand. Safe for concurrent use.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) step(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+// newClock is a clock tests step by hand.
+func newClock() *testkit.Clock { return testkit.NewClock(time.Unix(1_700_000_000, 0)) }
 
 // newTestClient returns a Client on path with cfg's other fields, stepped
 // by clk when clk is not nil, closed when the test ends.
 // The fake daemons speak the line protocol only: the Client must not
 // attach to them (shared_test.go tests attaching against a real table).
-func newTestClient(t testing.TB, path string, cfg Config, clk *fakeClock) *Client {
+func newTestClient(t testing.TB, path string, cfg Config, clk *testkit.Clock) *Client {
 	t.Helper()
 	cfg.Address = path
 	cfg.NoShare = true
@@ -175,7 +160,7 @@ func newTestClient(t testing.TB, path string, cfg Config, clk *fakeClock) *Clien
 		t.Fatal(err)
 	}
 	if clk != nil {
-		c.health.now = clk.now
+		c.health.now = clk.Now
 	}
 	t.Cleanup(func() { c.Close() })
 	return c

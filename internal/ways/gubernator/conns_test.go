@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	guber "github.com/gubernator-io/gubernator/v2"
 )
 
@@ -72,13 +73,7 @@ func TestBadInput(t *testing.T) {
 func TestMaxConns(t *testing.T) {
 	s, grpcAddr, httpAddr := startServer(t, counting(3), Config{MaxConns: 1})
 	rawConn(t, httpAddr, "") // holds the one place, sending nothing
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Stats().Active != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the first connection was not taken into service")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitFor(t, 5*time.Second, "the first connection taken into service", func() bool { return s.Stats().Active == 1 })
 	for _, addr := range []string{grpcAddr, httpAddr} {
 		c := rawConn(t, addr, "")
 		if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil {

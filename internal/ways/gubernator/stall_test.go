@@ -7,6 +7,7 @@ import (
 	guber "github.com/gubernator-io/gubernator/v2"
 	"golang.org/x/net/http2"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 )
 
@@ -28,13 +29,7 @@ func TestStalledClient(t *testing.T) {
 	if took := time.Since(start); took < timeout {
 		t.Errorf("closed %v after the calls, before the request timeout (%v)", took, timeout)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for s.Stats().Active != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the connection was not freed")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 10*time.Second, "the connection freed", func() bool { return s.Stats().Active == 0 })
 	if st := s.Stats(); st.Stalled != 1 || st.Calls != 3 {
 		t.Errorf("stats %+v, want 1 stalled connection, 3 calls answered", st)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 )
 
@@ -57,7 +58,7 @@ func TestStalledClient(t *testing.T) {
 			if begun != 3 || data > 3*int(window) {
 				t.Errorf("%d answers begun, %d bytes of them sent; want 3 begun, at most %d bytes", begun, data, 3*window)
 			}
-			h2test.Poll(t, "the connection to end", func() bool { return srv.Stats().Active == 0 })
+			testkit.WaitFor(t, 10*time.Second, "the connection to end", func() bool { return srv.Stats().Active == 0 })
 			if n, open := s.Stalled(), s.InProgress(); n != 1 || open != 0 {
 				t.Errorf("%d connections stalled, %d calls in progress; want 1 and 0", n, open)
 			}
@@ -84,8 +85,8 @@ func TestReaderGone(t *testing.T) {
 			break // the server closed it
 		}
 	}
-	h2test.Poll(t, "the connection to be closed stalled", func() bool { return s.Stalled() == 1 })
-	h2test.Poll(t, "the connection to end", func() bool { return srv.Stats().Active == 0 })
+	testkit.WaitFor(t, 10*time.Second, "the connection to be closed stalled", func() bool { return s.Stalled() == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the connection to end", func() bool { return srv.Stats().Active == 0 })
 	if n := s.InProgress(); n != 0 {
 		t.Errorf("%d calls in progress", n)
 	}
@@ -137,7 +138,7 @@ func TestHandshakeTimeout(t *testing.T) {
 			t.Errorf("having sent %q: closed after %v, before the handshake timeout (%v)", sent, took, timeout)
 		}
 	}
-	h2test.Poll(t, "the connections to end", func() bool { return srv.Stats().Active == 0 })
+	testkit.WaitFor(t, 10*time.Second, "the connections to end", func() bool { return srv.Stats().Active == 0 })
 }
 
 // TestIdle: a connection without streams for IdleTimeout is sent GOAWAY

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/net/http2"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 )
 
@@ -35,7 +36,7 @@ func TestStalledClient(t *testing.T) {
 			if answered != 3 || data > 3*int(window) {
 				t.Errorf("%d answers begun, %d bytes of them sent; want 3 begun, at most %d bytes", answered, data, 3*window)
 			}
-			h2test.Poll(t, "the streams to be ended", func() bool { return dog.Streams() == 0 })
+			testkit.WaitFor(t, 10*time.Second, "the streams to be ended", func() bool { return dog.Streams() == 0 })
 			if n := dog.Stalled(); n != 1 {
 				t.Errorf("%d connections stalled, want 1", n)
 			}
@@ -66,7 +67,7 @@ func TestSpentConnectionWindow(t *testing.T) {
 	if data > defaultWindow || data < defaultWindow-8<<10 {
 		t.Errorf("%d bytes of answers sent, want the connection's window, %d, nearly spent", data, defaultWindow)
 	}
-	h2test.Poll(t, "the streams to be ended", func() bool { return dog.Streams() == 0 })
+	testkit.WaitFor(t, 10*time.Second, "the streams to be ended", func() bool { return dog.Streams() == 0 })
 	if n := dog.Stalled(); n != 1 {
 		t.Errorf("%d connections stalled, want 1", n)
 	}
@@ -92,8 +93,8 @@ func TestReaderGone(t *testing.T) {
 			break // the server closed it, or stopped reading
 		}
 	}
-	h2test.Poll(t, "the connection to be closed stalled", func() bool { return dog.Stalled() == 1 })
-	h2test.Poll(t, "the streams to be ended", func() bool { return dog.Streams() == 0 })
+	testkit.WaitFor(t, 10*time.Second, "the connection to be closed stalled", func() bool { return dog.Stalled() == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the streams to be ended", func() bool { return dog.Streams() == 0 })
 }
 
 // TestLastingWatch: a health watch outlives the timeout many times over
@@ -108,7 +109,7 @@ func TestLastingWatch(t *testing.T) {
 	if r, err := w.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("Watch: %v, %v; want SERVING", r, err)
 	}
-	h2test.Poll(t, "the watch to be checked 5 times", func() bool { return dog.lasting.Load() >= 5 })
+	testkit.WaitFor(t, 10*time.Second, "the watch to be checked 5 times", func() bool { return dog.lasting.Load() >= 5 })
 	if n, open := dog.Stalled(), dog.Streams(); n != 0 || open != 1 {
 		t.Errorf("%d connections stalled, %d streams open; want none stalled, the watch open", n, open)
 	}
@@ -126,7 +127,7 @@ func TestAnswered(t *testing.T) {
 			t.Fatalf("stream %d: %v", id, err)
 		}
 	}
-	h2test.Poll(t, "the streams to be ended", func() bool { return dog.Streams() == 0 })
+	testkit.WaitFor(t, 10*time.Second, "the streams to be ended", func() bool { return dog.Streams() == 0 })
 	if n := dog.Stalled(); n != 0 {
 		t.Errorf("%d connections stalled, want 0", n)
 	}

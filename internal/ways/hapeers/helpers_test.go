@@ -4,23 +4,19 @@ import (
 	"bufio"
 	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
-// clock is a settable clock for the tests' servers.
-type clock struct{ ns atomic.Int64 }
-
-func (c *clock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
-func newClock() *clock                   { c := &clock{}; c.ns.Store(time.Unix(1_800_000_000, 0).UnixNano()); return c }
+// newClock is a clock for the tests' servers, moved by hand.
+func newClock() *testkit.Clock { return testkit.NewClock(time.Unix(1_800_000_000, 0)) }
 
 // newTestServer serves a Server over a table of burst 5, rate 1/s, on a
 // loopback port, following table "web" by gpc0.
-func newTestServer(t *testing.T, cfg Config) (*Server, *bucket.Table, *clock, string) {
+func newTestServer(t *testing.T, cfg Config) (*Server, *bucket.Table, *testkit.Clock, string) {
 	t.Helper()
 	table, err := bucket.New(bucket.Config{Default: bucket.Policy{Name: "default", Rate: 1, Burst: 5}, MaxTags: 1000, MaxTagBytes: 256})
 	if err != nil {
@@ -30,7 +26,7 @@ func newTestServer(t *testing.T, cfg Config) (*Server, *bucket.Table, *clock, st
 	if cfg.Tables == nil {
 		cfg.Tables = []string{"web"}
 	}
-	cfg.Clock = clk.now
+	cfg.Clock = clk.Now
 	s := New(table, cfg)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -162,16 +158,4 @@ func flagOfUpdate(t *testing.T, m Message) (string, uint64) {
 		t.Fatalf("dthrottled's update: %v", err)
 	}
 	return string(u.Key), u.Values[dtGPT0]
-}
-
-// poll waits until cond holds, failing after 5 s.
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 func TestHello(t *testing.T) {
@@ -74,8 +75,8 @@ func TestUpdatesCharge(t *testing.T) {
 	h.update(1, "alice", 2)
 	h.update(2, "alice", 4)
 	h.update(3, "bob", 1)
-	poll(t, "three updates charged", func() bool { return s.Stats().Hits == 5 })
-	if st, _ := table.Peek(clk.now(), "alice"); st.Tokens != 1 {
+	testkit.WaitFor(t, 5*time.Second, "three updates charged", func() bool { return s.Stats().Hits == 5 })
+	if st, _ := table.Peek(clk.Now(), "alice"); st.Tokens != 1 {
 		t.Errorf("alice holds %v tokens, want 1 (5 - 4)", st.Tokens)
 	}
 	// HAProxy acks by table id and update id: dthrottled too.
@@ -95,11 +96,11 @@ func TestUpdatesCharge(t *testing.T) {
 	}
 	k, v := flagOfUpdate(t, m)
 	// -1 tokens at 1/s: a token is back in 2 s.
-	if want := uint64(clk.now().Unix() + 2); k != "alice" || v != want {
+	if want := uint64(clk.Now().Unix() + 2); k != "alice" || v != want {
 		t.Errorf("pushed %q = %d, want alice = %d", k, v, want)
 	}
 	// Two seconds on, the check rounds see the token back: 0.
-	clk.advance(2 * time.Second)
+	clk.Add(2 * time.Second)
 	m = h.await("alice's flag cleared", func(m Message) bool { return m.Type == msgUpdate })
 	if k, v := flagOfUpdate(t, m); k != "alice" || v != 0 {
 		t.Errorf("pushed %q = %d, want alice = 0", k, v)
@@ -116,8 +117,8 @@ func TestHitsFromElsewhere(t *testing.T) {
 	h := connect(t, addr, 100)
 	h.define(stringTable)
 	h.update(1, "carol", 1)
-	poll(t, "the update", func() bool { return s.Stats().Hits == 1 })
-	table.Spend(clk.now(), "carol", 10) // another node's report
+	testkit.WaitFor(t, 5*time.Second, "the update", func() bool { return s.Stats().Hits == 1 })
+	table.Spend(clk.Now(), "carol", 10) // another node's report
 	m := h.await("carol's flag", func(m Message) bool { return m.Type == msgUpdate })
 	if k, v := flagOfUpdate(t, m); k != "carol" || v == 0 {
 		t.Errorf("pushed %q = %d, want carol refused", k, v)
@@ -132,14 +133,14 @@ func TestReconnectAndReload(t *testing.T) {
 	h := connect(t, addr, 100)
 	h.define(stringTable)
 	h.update(1, "dave", 3)
-	poll(t, "the update", func() bool { return s.Stats().Hits == 3 })
+	testkit.WaitFor(t, 5*time.Second, "the update", func() bool { return s.Stats().Hits == 3 })
 	h.c.Close()
 	h = connect(t, addr, 100) // the same process again
 	h.define(stringTable)
 	h.update(1, "dave", 3)
 	h.update(2, "dave", 4)
-	poll(t, "the updates", func() bool { return s.Stats().Updates == 3 && s.Stats().Hits == 4 })
-	if st, _ := table.Peek(clk.now(), "dave"); st.Tokens != 1 {
+	testkit.WaitFor(t, 5*time.Second, "the updates", func() bool { return s.Stats().Updates == 3 && s.Stats().Hits == 4 })
+	if st, _ := table.Peek(clk.Now(), "dave"); st.Tokens != 1 {
 		t.Errorf("dave holds %v tokens after a reconnection, want 1 (5 - 4)", st.Tokens)
 	}
 	// The reloaded process learnt dave = 4 from the old one and served 5
@@ -147,8 +148,8 @@ func TestReconnectAndReload(t *testing.T) {
 	n := connect(t, addr, 200)
 	n.define(stringTable)
 	n.update(1, "dave", 9)
-	poll(t, "the new process's update", func() bool { return s.Stats().Hits == 9 })
-	if st, _ := table.Peek(clk.now(), "dave"); st.Tokens != -4 {
+	testkit.WaitFor(t, 5*time.Second, "the new process's update", func() bool { return s.Stats().Hits == 9 })
+	if st, _ := table.Peek(clk.Now(), "dave"); st.Tokens != -4 {
 		t.Errorf("dave holds %v tokens after a reload, want -4 (1 - a burst of 5)", st.Tokens)
 	}
 }
@@ -171,12 +172,12 @@ func TestRefusedTablesAndBadKeys(t *testing.T) {
 	h.update(3, "", 3)
 	h.update(4, "a\nb", 3)
 	h.update(5, "ok", 1)
-	poll(t, "the last update", func() bool { return s.Stats().Updates == 3 && s.Stats().Hits == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the last update", func() bool { return s.Stats().Updates == 3 && s.Stats().Hits == 1 })
 	st := s.Stats()
 	if st.RefusedTables != 2 || st.BadKeys != 2 || st.Hits != 1 {
 		t.Errorf("stats %+v: want 2 tables refused, 2 bad keys, 1 hit", st)
 	}
-	if _, err := table.Peek(clk.now(), "erin"); err != bucket.ErrUnknownTag {
+	if _, err := table.Peek(clk.Now(), "erin"); err != bucket.ErrUnknownTag {
 		t.Errorf("erin was charged from a table not followed")
 	}
 	// The refused tables' updates are acked all the same.
@@ -194,7 +195,7 @@ func TestMaxKeys(t *testing.T) {
 	for i := range 10 {
 		h.update(uint32(i+1), "k"+itoa(i), 1)
 	}
-	poll(t, "ten updates", func() bool { return s.Stats().Keys+int(s.Stats().Untracked) == 10 })
+	testkit.WaitFor(t, 5*time.Second, "ten updates", func() bool { return s.Stats().Keys+int(s.Stats().Untracked) == 10 })
 	if st := s.Stats(); st.Keys != 3 || st.Untracked != 7 {
 		t.Errorf("stats %+v: want 3 keys, 7 untracked", st)
 	}
@@ -218,12 +219,12 @@ func TestMalformedEnds(t *testing.T) {
 			}
 		}
 	}
-	poll(t, "two connections ended", func() bool { return s.Stats().BadMessages == 2 })
+	testkit.WaitFor(t, 5*time.Second, "two connections ended", func() bool { return s.Stats().BadMessages == 2 })
 	// A truncated update of a followed table ends it too.
 	h := connect(t, addr, 100)
 	h.define(stringTable)
 	h.send(appendMessage(nil, msgUpdate, []byte{0, 0, 0, 1, 40, 'x'}))
-	poll(t, "the third", func() bool { return s.Stats().BadMessages == 3 })
+	testkit.WaitFor(t, 5*time.Second, "the third", func() bool { return s.Stats().BadMessages == 3 })
 }
 
 // dthrottled keeps a quiet connection alive: HAProxy ends one silent for
@@ -241,11 +242,11 @@ func TestRoundChecksEachOnce(t *testing.T) {
 	h.define(stringTable)
 	h.update(1, "one", 1)
 	h.update(2, "two", 1)
-	poll(t, "the updates", func() bool { return s.Stats().Keys == 2 })
-	if n := s.book.round(clk.now(), checkBudget, time.Hour); n != 2 {
+	testkit.WaitFor(t, 5*time.Second, "the updates", func() bool { return s.Stats().Keys == 2 })
+	if n := s.book.round(clk.Now(), checkBudget, time.Hour); n != 2 {
 		t.Errorf("a round over 2 entries checked %d", n)
 	}
-	if n := s.book.round(clk.now(), 1, time.Hour); n != 1 {
+	if n := s.book.round(clk.Now(), 1, time.Hour); n != 1 {
 		t.Errorf("a round of budget 1 checked %d", n)
 	}
 }

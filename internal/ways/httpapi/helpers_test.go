@@ -6,34 +6,19 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/decide"
 )
 
 // t0 is the instant the test clock starts at.
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// clock is a test clock moved by hand.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+// newClock is a test clock at t0, moved by hand.
+func newClock() *testkit.Clock { return testkit.NewClock(t0) }
 
 // newTable is a table with the default policy def and the prefix policies.
 func newTable(t testing.TB, def bucket.Policy, policies ...bucket.Policy) *bucket.Table {

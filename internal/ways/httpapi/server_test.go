@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 func TestBurstThenRefused(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := newClock()
 	tb := newTable(t, bucket.Policy{Rate: 0.5, Burst: 3})
 	_, addr := startServer(t, tb, Config{Clock: clk.Now})
 	c := dial(t, addr)
@@ -38,7 +39,7 @@ func TestBurstThenRefused(t *testing.T) {
 }
 
 func TestCostAndEscapes(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := newClock()
 	tb := newTable(t, bucket.Policy{Rate: 1, Burst: 10}, bucket.Policy{Name: `api "v1"`, Prefix: "api key:", Rate: 2, Burst: 5})
 	_, addr := startServer(t, tb, Config{Clock: clk.Now})
 	c := dial(t, addr)
@@ -146,13 +147,7 @@ func TestMaxConns(t *testing.T) {
 	want(t, "first still served", first.get("/v1/allow?tag=a"), 200)
 	first.c.Close()
 	// Its place comes back once the server sees it closed.
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Stats().Active != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the closed connection still counts as active")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitFor(t, 5*time.Second, "the closed connection no longer active", func() bool { return s.Stats().Active == 0 })
 	want(t, "third", dial(t, addr).get("/v1/allow?tag=a"), 200)
 	if st := s.Stats(); st.Rejected != 1 || st.Accepted != 2 {
 		t.Errorf("stats %+v: want 1 rejected, 2 accepted", st)
@@ -221,18 +216,14 @@ func TestShutdownAnswersRequestInFlight(t *testing.T) {
 	<-d.entered
 	shut := make(chan error, 1)
 	go func() { shut <- s.Shutdown(t.Context()) }()
-	waitClosed := time.Now().Add(5 * time.Second)
-	for {
+	testkit.WaitFor(t, 5*time.Second, "no longer accepting after Shutdown began", func() bool {
 		nc, err := net.Dial("tcp", addr)
 		if err != nil {
-			break
+			return true
 		}
 		nc.Close()
-		if time.Now().After(waitClosed) {
-			t.Fatal("still accepting after Shutdown began")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return false
+	})
 	select {
 	case err := <-shut:
 		t.Fatalf("Shutdown returned %v while a request was being decided", err)

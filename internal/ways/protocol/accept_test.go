@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/logtest"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // flakyListener returns the errors queued in errs from Accept before
@@ -103,7 +104,7 @@ func TestAcceptCloseDuringPause(t *testing.T) {
 	l := &flakyListener{Listener: listen(t, "unix"), forever: acceptErr(syscall.EMFILE)}
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(l) }()
-	waitFor(t, "several accept errors", func() bool { return l.calls.Load() >= 4 })
+	testkit.WaitFor(t, ioTimeout, "several accept errors", func() bool { return l.calls.Load() >= 4 })
 	if err := s.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}

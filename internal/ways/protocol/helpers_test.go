@@ -258,18 +258,6 @@ func lines(tags ...string) []byte {
 	return b.Bytes()
 }
 
-// waitFor polls cond until it holds, failing the test after ioTimeout.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(ioTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // shutdown calls Shutdown with ioTimeout.
 func shutdown(t testing.TB, s *Server) error {
 	t.Helper()

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // TestShutdown checks that Shutdown lets a connection answer every line it
@@ -75,7 +77,7 @@ func TestCloseClientNotReading(t *testing.T) {
 			}
 			flood := bytes.Repeat([]byte("flood\n"), 1<<20) // 6 MiB in, 3 MiB of replies
 			wrote := writeAsync(c, flood)
-			waitFor(t, "the server to block writing replies", func() bool { return l.writing.Load() > 0 })
+			testkit.WaitFor(t, ioTimeout, "the server to block writing replies", func() bool { return l.writing.Load() > 0 })
 			if err := ts.Close(); err != nil {
 				t.Errorf("Close: %v", err)
 			}

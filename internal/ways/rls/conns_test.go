@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 )
 
@@ -168,7 +169,7 @@ func TestHandshakeTimeout(t *testing.T) {
 	}
 	defer c.Close()
 	readUntilClosed(t, c, "a silent connection")
-	h2test.Poll(t, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
+	testkit.WaitFor(t, 10*time.Second, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
 }
 
 // TestAbandonedConnection: a connection that completed the handshake and
@@ -187,7 +188,7 @@ func TestAbandonedConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	readUntilClosed(t, c, "an abandoned connection")
-	h2test.Poll(t, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
+	testkit.WaitFor(t, 10*time.Second, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
 }
 
 // TestPingFlood: a client pinging more often than every 10 s is sent
@@ -223,7 +224,7 @@ func TestPingFlood(t *testing.T) {
 		}
 	}
 	readUntilClosed(t, c, "a connection flooding pings")
-	h2test.Poll(t, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
+	testkit.WaitFor(t, 10*time.Second, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
 }
 
 // TestIdleTimeout: a connection with no request for IdleTimeout is sent
@@ -234,7 +235,7 @@ func TestIdleTimeout(t *testing.T) {
 	s, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{IdleTimeout: 500 * time.Millisecond})
 	c := dial(t, addr)
 	c.ask("api", desc("k=v"))
-	h2test.Poll(t, "the idle connection to be closed", func() bool { return s.Stats().Active == 0 })
+	testkit.WaitFor(t, 10*time.Second, "the idle connection to be closed", func() bool { return s.Stats().Active == 0 })
 	c.ask("api", desc("k=v"))
 	if st := s.Stats(); st.Accepted != 2 {
 		t.Errorf("accepted %d connections, want 2", st.Accepted)
@@ -340,7 +341,7 @@ func TestShutdownAnswersInFlight(t *testing.T) {
 		defer cancel()
 		stopped <- s.Shutdown(ctx)
 	}()
-	h2test.Poll(t, "the listener to close", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the listener to close", func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()

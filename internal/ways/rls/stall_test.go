@@ -10,6 +10,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 )
 
@@ -37,7 +38,7 @@ func TestStalledClient(t *testing.T) {
 			if answered != 3 || data > 3*int(window) {
 				t.Errorf("%d answers begun, %d bytes of them sent; want 3 begun, at most %d bytes", answered, data, 3*window)
 			}
-			h2test.Poll(t, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
+			testkit.WaitFor(t, 10*time.Second, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
 			if st := s.Stats(); st.Stalled != 1 || st.OK != 3 {
 				t.Errorf("stats %+v, want 1 stalled connection, 3 requests decided", st)
 			}
@@ -54,7 +55,7 @@ func TestMaxRequests(t *testing.T) {
 	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k=v")}}
 	c.Call(1, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, req)
 	c.Call(3, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, req)
-	h2test.Poll(t, "two requests to be decided", func() bool { return s.Stats().OK == 2 })
+	testkit.WaitFor(t, 10*time.Second, "two requests to be decided", func() bool { return s.Stats().OK == 2 })
 	c.Call(5, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, req)
 	var data int
 	f, err := c.NextEnd(5, &data)
@@ -64,7 +65,7 @@ func TestMaxRequests(t *testing.T) {
 	if got := h2test.HeaderValue(f, "grpc-status"); got != "8" || !f.StreamEnded() {
 		t.Errorf("the third request: grpc-status %q, ended %v; want 8 (RESOURCE_EXHAUSTED), ended", got, f.StreamEnded())
 	}
-	h2test.Poll(t, "the stalled connection to be closed", func() bool { return s.Stats().Active == 0 })
+	testkit.WaitFor(t, 10*time.Second, "the stalled connection to be closed", func() bool { return s.Stats().Active == 0 })
 	if r := dial(t, addr).ask("api", desc("k=v")); codesOf(r) != "OK: OK" {
 		t.Errorf("after the stalled connection: %s", codesOf(r))
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/logtest"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // ioTimeout bounds every client read and write in tests, so that a bug
@@ -65,18 +66,6 @@ func start(t *testing.T, s *Server, l net.Listener) {
 	})
 }
 
-// waitFor polls cond until it holds, failing the test after ioTimeout.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(ioTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func TestServeAndStats(t *testing.T) {
 	s := New(HandlerFunc(echo), Config{Name: "test"})
 	l := listen(t)
@@ -95,7 +84,7 @@ func TestServeAndStats(t *testing.T) {
 		t.Errorf("Stats() = %+v, want 2 accepted, 2 active", st)
 	}
 	a.Close()
-	waitFor(t, "a closed connection to free its place", func() bool { return s.Stats().Active == 1 })
+	testkit.WaitFor(t, ioTimeout, "a closed connection to free its place", func() bool { return s.Stats().Active == 1 })
 }
 
 // TestBusy holds the only place: the next connection reads the busy
@@ -200,7 +189,7 @@ func TestBusyAnswersInFlight(t *testing.T) {
 	start(t, s, l)
 	held, _ := net.Pipe()
 	l.conns <- held
-	waitFor(t, "the first connection served", func() bool { return s.Stats().Active == 1 })
+	testkit.WaitFor(t, ioTimeout, "the first connection served", func() bool { return s.Stats().Active == 1 })
 
 	wrote, closed := make(chan struct{}, over), make(chan struct{}, over)
 	release := make(chan struct{})
@@ -208,14 +197,14 @@ func TestBusyAnswersInFlight(t *testing.T) {
 		c, _ := net.Pipe()
 		l.conns <- &stuckConn{Conn: c, wrote: wrote, closed: closed, release: release}
 	}
-	waitFor(t, "every connection over the limit answered or closed", func() bool {
+	testkit.WaitFor(t, ioTimeout, "every connection over the limit answered or closed", func() bool {
 		return len(wrote)+len(closed) == over
 	})
 	if len(wrote) != maxRefusing || len(closed) != over-maxRefusing {
 		t.Errorf("%d answered and %d closed unanswered, want %d and %d", len(wrote), len(closed), maxRefusing, over-maxRefusing)
 	}
 	close(release)
-	waitFor(t, "every answer to end", func() bool { return len(closed) == over })
+	testkit.WaitFor(t, ioTimeout, "every answer to end", func() bool { return len(closed) == over })
 	if st := s.Stats(); st.Rejected != over {
 		t.Errorf("Stats() = %+v, want %d rejected", st, over)
 	}
@@ -235,7 +224,7 @@ func TestShutdownWaits(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(l) }()
 	c := dial(t, l)
-	waitFor(t, "the connection served", func() bool { return s.Stats().Active == 1 })
+	testkit.WaitFor(t, ioTimeout, "the connection served", func() bool { return s.Stats().Active == 1 })
 	if err := s.Shutdown(context.Background()); err != nil {
 		t.Errorf("Shutdown: %v", err)
 	}
@@ -276,7 +265,7 @@ func TestShutdownCutsOff(t *testing.T) {
 	l := listen(t)
 	start(t, s, l)
 	dial(t, l)
-	waitFor(t, "the connection served", func() bool { return s.Stats().Active == 1 })
+	testkit.WaitFor(t, ioTimeout, "the connection served", func() bool { return s.Stats().Active == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
@@ -303,7 +292,7 @@ func TestCloseQuiet(t *testing.T) {
 		go func() { served <- s.Serve(l) }()
 	}
 	c := dial(t, ls[0])
-	waitFor(t, "the connection served", func() bool { return s.Stats().Active == 1 })
+	testkit.WaitFor(t, ioTimeout, "the connection served", func() bool { return s.Stats().Active == 1 })
 	var wg sync.WaitGroup
 	for range 3 {
 		wg.Go(func() {

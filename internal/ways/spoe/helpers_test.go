@@ -257,15 +257,3 @@ func (r *recorder) AllowN(_ time.Time, tag []byte, n int) bucket.Verdict {
 	r.costs = append(r.costs, n)
 	return bucket.Verdict{Allowed: true}
 }
-
-// waitFor polls cond until it holds or five seconds pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}

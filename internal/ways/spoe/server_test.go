@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 func TestHello(t *testing.T) {
@@ -216,7 +218,7 @@ func TestBadInput(t *testing.T) {
 			if f := readFrame(t, c2); f.h.typ != frameAck {
 				t.Errorf("next connection: frame type %d", f.h.typ)
 			}
-			waitFor(t, "the bad connection closed", func() bool { return s.Stats().Active == 1 })
+			testkit.WaitFor(t, 5*time.Second, "the bad connection closed", func() bool { return s.Stats().Active == 1 })
 		})
 	}
 }
@@ -244,7 +246,7 @@ func TestTooManyConnections(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 	c1.Close()
-	waitFor(t, "the slot freed", func() bool { return s.Stats().Active == 0 })
+	testkit.WaitFor(t, 5*time.Second, "the slot freed", func() bool { return s.Stats().Active == 0 })
 	handshake(t, addr)
 }
 

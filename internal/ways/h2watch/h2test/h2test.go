@@ -5,7 +5,8 @@
 // message, and reads the server's frames as they come, acknowledging its
 // SETTINGS and PINGs, so that a test can be the client that never reads.
 // A Conn is not safe for concurrent use. Beside it, what those tests all
-// need: a grpc-go client connection (GRPC) and a bounded wait (Poll).
+// need: a grpc-go client connection (GRPC) and an echo service
+// (EchoService); their bounded wait is testkit.WaitFor.
 package h2test
 
 import (

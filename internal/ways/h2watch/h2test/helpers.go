@@ -3,7 +3,6 @@ package h2test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -20,18 +19,6 @@ func GRPC(t testing.TB, addr string) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { cc.Close() })
 	return cc
-}
-
-// Poll waits until cond holds, failing the test after 10 s.
-func Poll(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10s for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // EchoService is a grpc-go service of the given name whose one method,
