@@ -23,7 +23,7 @@ func TestHalfSentMessage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const timeout = 100 * time.Millisecond
 		s, _, l := startMem(t, Config{RequestTimeout: timeout})
-		c := dialMem(t, l)
+		c := h2test.DialMem(t, l)
 		fr := c.Framer()
 		start := time.Now()
 		must(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.HeaderBlock(echoMethod), EndHeaders: true}))
@@ -50,7 +50,7 @@ func TestStalledClient(t *testing.T) {
 		t.Run("window "+strconv.Itoa(int(window)), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				s, srv, l := startMem(t, Config{RequestTimeout: timeout})
-				c := dialMem(t, l, http2.Setting{ID: http2.SettingInitialWindowSize, Val: window})
+				c := h2test.DialMem(t, l, http2.Setting{ID: http2.SettingInitialWindowSize, Val: window})
 				start := time.Now()
 				for id := uint32(1); id <= 5; id += 2 {
 					c.Call(id, echoMethod, echo(100))
@@ -163,7 +163,7 @@ func TestIdle(t *testing.T) {
 		const idle = 50 * time.Millisecond
 		_, _, l := startMem(t, Config{IdleTimeout: idle, RequestTimeout: time.Hour})
 		start := time.Now()
-		c := dialMem(t, l)
+		c := h2test.DialMem(t, l)
 		for {
 			f, err := c.Next()
 			if err != nil {
@@ -183,7 +183,7 @@ func TestIdle(t *testing.T) {
 		// A stream whose message is half sent holds the connection open
 		// past the idle time (a PING answered after it says so), and is
 		// answered.
-		c = dialMem(t, l)
+		c = h2test.DialMem(t, l)
 		fr := c.Framer()
 		msg := h2test.Message(echo(100))
 		must(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.HeaderBlock(echoMethod), EndHeaders: true}))

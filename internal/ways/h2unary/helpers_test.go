@@ -7,14 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/http2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/dthrottle/dthrottle/internal/testkit"
-	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
 
@@ -78,23 +76,13 @@ func startServer(t testing.TB, cfg Config, l net.Listener) (*Server, *serve.Serv
 }
 
 // startMem serves cfg like startServer on an in-memory listener, which
-// the test dials with dialMem: inside synctest.Test, every timeout of the
-// server is on the bubble's fake clock.
+// the test dials with h2test.DialMem: inside synctest.Test, every
+// timeout of the server is on the bubble's fake clock.
 func startMem(t testing.TB, cfg Config) (*Server, *serve.Server, *testkit.Listener) {
 	t.Helper()
 	l := testkit.NewListener()
 	s, srv, _ := startServer(t, cfg, l)
 	return s, srv, l
-}
-
-// dialMem connects to l and sends the preface with settings; the
-// connection is closed when the test ends.
-func dialMem(t testing.TB, l *testkit.Listener, settings ...http2.Setting) *h2test.Conn {
-	t.Helper()
-	nc, err := l.Dial()
-	must(t, err)
-	t.Cleanup(func() { nc.Close() })
-	return h2test.New(t, nc, settings...)
 }
 
 // ctx is a context that ends in 10 s, or with the test.

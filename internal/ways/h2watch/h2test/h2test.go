@@ -5,7 +5,8 @@
 // message, and reads the server's frames as they come, acknowledging its
 // SETTINGS and PINGs, so that a test can be the client that never reads.
 // A Conn is not safe for concurrent use. Beside it, what those tests all
-// need: a grpc-go client connection (GRPC) and an echo service
+// need: a grpc-go client connection (GRPC, or GRPCMem on an in-memory
+// listener) and an echo service
 // (EchoService); their bounded wait is testkit.WaitFor.
 package h2test
 
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/protobuf/proto"
@@ -42,6 +44,20 @@ func Dial(t testing.TB, addr string, settings ...http2.Setting) *Conn {
 	}
 	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return New(t, c, settings...)
+}
+
+// DialMem connects to l, an in-memory listener, and sends the preface
+// with settings; the connection is closed when the test ends. Inside
+// synctest.Test, with the server on l, the server's deadlines are fake
+// time.
+func DialMem(t testing.TB, l *testkit.Listener, settings ...http2.Setting) *Conn {
+	t.Helper()
+	c, err := l.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
 	return New(t, c, settings...)
 }
 

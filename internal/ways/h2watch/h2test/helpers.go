@@ -2,8 +2,10 @@ package h2test
 
 import (
 	"context"
+	"net"
 	"testing"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -14,6 +16,20 @@ import (
 func GRPC(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
 	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// GRPCMem is a grpc-go client connection whose connections are dialled
+// on l, an in-memory listener, closed when the test ends; made inside
+// synctest.Test, its timers and the server's are fake time.
+func GRPCMem(t testing.TB, l *testkit.Listener) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient("passthrough:///"+l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return l.Dial() }))
 	if err != nil {
 		t.Fatal(err)
 	}
