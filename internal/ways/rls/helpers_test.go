@@ -52,6 +52,17 @@ func startServer(t testing.TB, tb Table, cfg Config) (*Server, string) {
 	return s, l.Addr().String()
 }
 
+// startMem starts a Server for tb like startServer, on an in-memory
+// listener that h2test.DialMem and h2test.GRPCMem dial: inside
+// synctest.Test, its timeouts are the bubble's fake time.
+func startMem(t testing.TB, tb Table, cfg Config) (*Server, *testkit.Listener) {
+	t.Helper()
+	s := New(tb, cfg)
+	l := testkit.NewListener()
+	serveOn(t, s, l)
+	return s, l
+}
+
 // serveOn serves s on l until the test ends, then shuts it down.
 func serveOn(t testing.TB, s *Server, l net.Listener) {
 	t.Helper()
