@@ -14,9 +14,11 @@ import (
 // newClock is a clock for the tests' servers, moved by hand.
 func newClock() *testkit.Clock { return testkit.NewClock(time.Unix(1_800_000_000, 0)) }
 
-// newTestServer serves a Server over a table of burst 5, rate 1/s, on a
-// loopback port, following table "web" by gpc0.
-func newTestServer(t *testing.T, cfg Config) (*Server, *bucket.Table, *testkit.Clock, string) {
+// newTestServer serves a Server over a table of burst 5, rate 1/s, on an
+// in-memory listener, following table "web" by gpc0; the table's clock
+// is moved by hand. Inside synctest.Test, the session's heartbeats, acks,
+// check rounds and timeouts are the bubble's fake time.
+func newTestServer(t *testing.T, cfg Config) (*Server, *bucket.Table, *testkit.Clock, *testkit.Listener) {
 	t.Helper()
 	table, err := bucket.New(bucket.Config{Default: bucket.Policy{Name: "default", Rate: 1, Burst: 5}, MaxTags: 1000, MaxTagBytes: 256})
 	if err != nil {
@@ -28,13 +30,16 @@ func newTestServer(t *testing.T, cfg Config) (*Server, *bucket.Table, *testkit.C
 	}
 	cfg.Clock = clk.Now
 	s := New(table, cfg)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(l)
-	t.Cleanup(func() { s.Close() })
-	return s, table, clk, l.Addr().String()
+	l := testkit.NewListener()
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(l) }()
+	t.Cleanup(func() {
+		s.Close()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return s, table, clk, l
 }
 
 // haproxy is a fake HAProxy process: it connects, says hello, and sends
@@ -46,14 +51,21 @@ type haproxy struct {
 	buf []byte
 }
 
-// dial connects to addr and says hello as name with pid; it returns the
+// dial connects to l and says hello as name with pid; it returns the
 // status line answered.
-func dial(t *testing.T, addr, proto, to, name string, pid int) (*haproxy, string) {
+func dial(t *testing.T, l *testkit.Listener, proto, to, name string, pid int) (*haproxy, string) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	c, err := l.Dial()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return hello(t, c, proto, to, name, pid)
+}
+
+// hello says hello on c as name with pid, and returns the status line
+// answered; c is closed when the test ends.
+func hello(t *testing.T, c net.Conn, proto, to, name string, pid int) (*haproxy, string) {
+	t.Helper()
 	t.Cleanup(func() { c.Close() })
 	h := &haproxy{t: t, c: c, r: bufio.NewReader(c)}
 	h.send([]byte(proto + "\n" + to + "\n" + name + " " + itoa(pid) + " 1\n"))
@@ -66,9 +78,9 @@ func dial(t *testing.T, addr, proto, to, name string, pid int) (*haproxy, string
 }
 
 // connect dials as HAProxy "lb" with pid and expects 200.
-func connect(t *testing.T, addr string, pid int) *haproxy {
+func connect(t *testing.T, l *testkit.Listener, pid int) *haproxy {
 	t.Helper()
-	h, st := dial(t, addr, "HAProxyS 2.1", "dthrottled", "lb", pid)
+	h, st := dial(t, l, "HAProxyS 2.1", "dthrottled", "lb", pid)
 	if st != "200" {
 		t.Fatalf("hello answered %q, want 200", st)
 	}
