@@ -34,11 +34,27 @@ func newTable(t testing.TB, def bucket.Policy, policies ...bucket.Policy) *bucke
 // address; it is shut down when the test ends.
 func startServer(t testing.TB, d decide.Decider, cfg Config) (*Server, string) {
 	t.Helper()
-	s := New(d, cfg)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveOn(t, d, cfg, l), l.Addr().String()
+}
+
+// startMem starts a Server for d like startServer, on an in-memory
+// listener that dialMem dials: inside synctest.Test, net/http's timeouts
+// are the bubble's fake time.
+func startMem(t testing.TB, d decide.Decider, cfg Config) (*Server, *testkit.Listener) {
+	t.Helper()
+	l := testkit.NewListener()
+	return serveOn(t, d, cfg, l), l
+}
+
+// serveOn serves a Server for d on l until the test ends, then shuts it
+// down.
+func serveOn(t testing.TB, d decide.Decider, cfg Config, l net.Listener) *Server {
+	t.Helper()
+	s := New(d, cfg)
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(l) }()
 	t.Cleanup(func() {
@@ -51,7 +67,7 @@ func startServer(t testing.TB, d decide.Decider, cfg Config) (*Server, string) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return s, l.Addr().String()
+	return s
 }
 
 // conn is a raw keep-alive client connection.
@@ -61,6 +77,7 @@ type conn struct {
 	r *bufio.Reader
 }
 
+// dial connects to addr, with a deadline 10 s on.
 func dial(t testing.TB, addr string) *conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
@@ -69,6 +86,17 @@ func dial(t testing.TB, addr string) *conn {
 	}
 	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return &conn{t, c, bufio.NewReader(c)}
+}
+
+// dialMem connects to l, an in-memory listener.
+func dialMem(t testing.TB, l *testkit.Listener) *conn {
+	t.Helper()
+	c, err := l.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
 	return &conn{t, c, bufio.NewReader(c)}
 }
 

@@ -1,13 +1,12 @@
 package httpapi
 
 import (
-	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
@@ -83,37 +82,41 @@ func TestDryRunMarked(t *testing.T) {
 	}
 }
 
+// TestBadRequests, on fake time (net/http waits 500 ms before it closes
+// a connection it answered 431).
 func TestBadRequests(t *testing.T) {
-	tb := newTable(t, bucket.Policy{Rate: 1, Burst: 10})
-	s, addr := startServer(t, tb, Config{})
-	c := dial(t, addr)
-	want(t, "no tag", c.get("/v1/allow"), 400, "X-Body", "missing tag parameter\n")
-	want(t, "two tags", c.get("/v1/allow?tag=a&tag=b"), 400, "X-Body", "tag given twice\n")
-	want(t, "bad escape", c.get("/v1/allow?tag=a%2"), 400, "X-Body", "bad percent-encoding\n")
-	want(t, "cost 0", c.get("/v1/allow?tag=a&cost=0"), 400)
-	want(t, "cost big", c.get("/v1/allow?tag=a&cost=1000001"), 400)
-	want(t, "cost text", c.get("/v1/allow?tag=a&cost=x"), 400)
-	want(t, "other path", c.get("/metrics"), 404)
-	c.send("POST /v1/allow?tag=a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
-	want(t, "post", c.read("POST"), 405, "Allow", "GET, HEAD")
-	want(t, "long uri", c.get("/v1/allow?tag="+strings.Repeat("a", maxURI)), 414)
-	c.send("HEAD /v1/allow?tag=a HTTP/1.1\r\nHost: x\r\n\r\n")
-	want(t, "head", c.read("HEAD"), 200, "X-Body", "", "Content-Length", "3")
-	want(t, "still in step", c.get("/v1/allow?tag=a"), 200, "RateLimit", `"default";r=8;t=2`)
-	if st := s.Stats(); st.Bad != 9 {
-		t.Errorf("counted %d bad requests, want 9", st.Bad)
-	}
-	// A head over the limit: 431, and the connection is closed.
-	c.send("GET /v1/allow?tag=a HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("b", 2*maxHeaderBytes) + "\r\n\r\n")
-	resp, err := http.ReadResponse(c.r, &http.Request{Method: "GET"})
-	if err != nil || resp.StatusCode != 431 || !resp.Close {
-		t.Fatalf("a big head: %v, %v: want 431 and the connection closed", resp, err)
-	}
-	if _, err := io.Copy(io.Discard, c.r); err != nil && !errors.Is(err, syscall.ECONNRESET) {
-		t.Errorf("after 431: %v, want the connection closed", err)
-	}
-	// Nothing else disturbed.
-	want(t, "a new connection", dial(t, addr).get("/v1/allow?tag=a"), 200)
+	synctest.Test(t, func(t *testing.T) {
+		tb := newTable(t, bucket.Policy{Rate: 1, Burst: 10})
+		s, l := startMem(t, tb, Config{})
+		c := dialMem(t, l)
+		want(t, "no tag", c.get("/v1/allow"), 400, "X-Body", "missing tag parameter\n")
+		want(t, "two tags", c.get("/v1/allow?tag=a&tag=b"), 400, "X-Body", "tag given twice\n")
+		want(t, "bad escape", c.get("/v1/allow?tag=a%2"), 400, "X-Body", "bad percent-encoding\n")
+		want(t, "cost 0", c.get("/v1/allow?tag=a&cost=0"), 400)
+		want(t, "cost big", c.get("/v1/allow?tag=a&cost=1000001"), 400)
+		want(t, "cost text", c.get("/v1/allow?tag=a&cost=x"), 400)
+		want(t, "other path", c.get("/metrics"), 404)
+		c.send("POST /v1/allow?tag=a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+		want(t, "post", c.read("POST"), 405, "Allow", "GET, HEAD")
+		want(t, "long uri", c.get("/v1/allow?tag="+strings.Repeat("a", maxURI)), 414)
+		c.send("HEAD /v1/allow?tag=a HTTP/1.1\r\nHost: x\r\n\r\n")
+		want(t, "head", c.read("HEAD"), 200, "X-Body", "", "Content-Length", "3")
+		want(t, "still in step", c.get("/v1/allow?tag=a"), 200, "RateLimit", `"default";r=8;t=2`)
+		if st := s.Stats(); st.Bad != 9 {
+			t.Errorf("counted %d bad requests, want 9", st.Bad)
+		}
+		// A head over the limit: 431, and the connection is closed.
+		c.send("GET /v1/allow?tag=a HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("b", 2*maxHeaderBytes) + "\r\n\r\n")
+		resp, err := http.ReadResponse(c.r, &http.Request{Method: "GET"})
+		if err != nil || resp.StatusCode != 431 || !resp.Close {
+			t.Fatalf("a big head: %v, %v: want 431 and the connection closed", resp, err)
+		}
+		if _, err := io.Copy(io.Discard, c.r); err != nil {
+			t.Errorf("after 431: %v, want the connection closed", err)
+		}
+		// Nothing else disturbed.
+		want(t, "a new connection", dialMem(t, l).get("/v1/allow?tag=a"), 200)
+	})
 }
 
 func TestPipelinedKeepAlive(t *testing.T) {
@@ -154,28 +157,36 @@ func TestMaxConns(t *testing.T) {
 	}
 }
 
+// TestSlowClientClosed, on fake time: a request head that never ends is
+// closed exactly ReadHeaderTimeout after the connection began, and a
+// connection with no request exactly IdleTimeout after its last answer;
+// the others are served.
 func TestSlowClientClosed(t *testing.T) {
-	tb := newTable(t, bucket.Policy{Rate: 1, Burst: 10})
-	_, addr := startServer(t, tb, Config{ReadHeaderTimeout: 100 * time.Millisecond, IdleTimeout: 100 * time.Millisecond})
-	slow := dial(t, addr)
-	slow.send("GET /v1/allow?tag=a HTTP/1.1\r\nHost:")
-	start := time.Now()
-	if _, err := slow.r.ReadByte(); err == nil {
-		t.Error("a request head that never ends got an answer")
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("closed after %v", d)
-	}
-	want(t, "others served", dial(t, addr).get("/v1/allow?tag=c"), 200)
+	synctest.Test(t, func(t *testing.T) {
+		const head, idle = 100 * time.Millisecond, 300 * time.Millisecond
+		tb := newTable(t, bucket.Policy{Rate: 1, Burst: 10})
+		_, l := startMem(t, tb, Config{ReadHeaderTimeout: head, IdleTimeout: idle})
+		start := time.Now()
+		slow := dialMem(t, l)
+		slow.send("GET /v1/allow?tag=a HTTP/1.1\r\nHost:")
+		if _, err := slow.r.ReadByte(); err == nil {
+			t.Error("a request head that never ends got an answer")
+		}
+		if took := time.Since(start); took != head {
+			t.Errorf("a head that never ends: closed after %v, want the read header timeout (%v)", took, head)
+		}
+		want(t, "others served", dialMem(t, l).get("/v1/allow?tag=c"), 200)
 
-	// The idle time, on a server of its own: there the first request's
-	// head need not come within 100 ms of the dial on a loaded machine.
-	_, addr = startServer(t, tb, Config{IdleTimeout: 100 * time.Millisecond})
-	idle := dial(t, addr)
-	want(t, "before idling", idle.get("/v1/allow?tag=b"), 200)
-	if _, err := idle.r.ReadByte(); err != io.EOF {
-		t.Errorf("an idle connection: read %v, want EOF", err)
-	}
+		c := dialMem(t, l)
+		want(t, "before idling", c.get("/v1/allow?tag=b"), 200)
+		start = time.Now()
+		if _, err := c.r.ReadByte(); err != io.EOF {
+			t.Errorf("an idle connection: read %v, want EOF", err)
+		}
+		if took := time.Since(start); took != idle {
+			t.Errorf("an idle connection: closed after %v, want the idle timeout (%v)", took, idle)
+		}
+	})
 }
 
 func TestShutdownStopsServing(t *testing.T) {
