@@ -242,16 +242,3 @@ func (h *Conn) Sync(data *int) {
 		}
 	}
 }
-
-// SmallBuffers is a listener whose connections have a small send buffer
-// (4 KiB), so that a client that reads nothing blocks the server's
-// writes soon.
-type SmallBuffers struct{ net.Listener }
-
-func (l SmallBuffers) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		c.(*net.TCPConn).SetWriteBuffer(4 << 10)
-	}
-	return c, err
-}
