@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/decide"
 )
 
@@ -195,6 +196,18 @@ func dial(t testing.TB, addr net.Addr) net.Conn {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
 	c.SetDeadline(time.Now().Add(ioTimeout))
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// dialMem connects to l, an in-memory listener; the connection is closed
+// when the test ends.
+func dialMem(t testing.TB, l *testkit.Listener) *testkit.Conn {
+	t.Helper()
+	c, err := l.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { c.Close() })
 	return c
 }
