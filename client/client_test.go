@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -116,67 +117,68 @@ func TestAbsentDaemonFailClosed(t *testing.T) {
 	}
 }
 
-// TestHungDaemon: the daemon accepts and reads but never answers. Queries
-// time out and fail open; those queued behind the first fail with it, as
-// one failure; the connection is discarded and redialed after the backoff.
+// TestHungDaemon, on fake time: the daemon accepts and reads but never
+// answers. Queries time out exactly Timeout after they were sent and
+// fail open; those queued behind the first fail with it, as one failure;
+// the connection is discarded and redialed after the backoff.
 func TestHungDaemon(t *testing.T) {
-	read := make(chan string, 100)
-	f := startFake(t, sockPath(t), func(c net.Conn, r *bufio.Reader) {
-		for {
-			line, err := r.ReadString('\n')
-			if err != nil {
-				return
+	synctest.Test(t, func(t *testing.T) {
+		read := make(chan string, 100)
+		f := startFakeMem(t, func(c net.Conn, r *bufio.Reader) {
+			for {
+				line, err := r.ReadString('\n')
+				if err != nil {
+					return
+				}
+				read <- line
 			}
-			read <- line
+		})
+		clk := newClock()
+		const timeout = time.Second
+		c := memClient(t, f, Config{Timeout: timeout}, clk)
+		const n = 10
+		results := make(chan error, n)
+		start := time.Now()
+		for range n {
+			go func() {
+				ok, err := c.Allow(context.Background(), "a")
+				if !ok {
+					err = fmt.Errorf("refused: %v", err)
+				}
+				results <- err
+			}()
+		}
+		for i := range n {
+			recv(t, read, fmt.Sprintf("query %d at the daemon", i))
+		}
+		for range n {
+			if err := recv(t, results, "answer"); !errors.Is(err, ErrTimeout) {
+				t.Errorf("got %v, want fail open with ErrTimeout", err)
+			}
+		}
+		if elapsed := time.Since(start); elapsed != timeout {
+			t.Errorf("answered after %v, want the %v timeout", elapsed, timeout)
+		}
+		if s := c.Stats(); s.Timeouts != n || s.FailOpen != n || s.Dials != 1 {
+			t.Fatalf("stats %+v: want %d timeouts and fail-open decisions, 1 dial", s, n)
+		}
+		c.health.mu.Lock()
+		failures := c.health.failures
+		c.health.mu.Unlock()
+		if failures != 1 {
+			t.Fatalf("%d failures counted for one silent connection, want 1", failures)
+		}
+		if _, err := c.Allow(context.Background(), "a"); !errors.Is(err, ErrBackoff) {
+			t.Fatalf("after the timeout: %v, want ErrBackoff", err)
+		}
+		clk.Add(DefaultMinBackoff)
+		if _, err := c.Allow(context.Background(), "a"); !errors.Is(err, ErrTimeout) {
+			t.Fatalf("probe: %v, want ErrTimeout", err)
+		}
+		if d, a := c.Stats().Dials, f.accepts.Load(); d != 2 || a != 2 {
+			t.Fatalf("%d dials, %d accepted: the timed-out connection was not replaced", d, a)
 		}
 	})
-	clk := newClock()
-	// Long enough for all the queries to be sent before the first times
-	// out, on a loaded machine too.
-	const timeout = time.Second
-	c := newTestClient(t, f.path, Config{Timeout: timeout}, clk)
-	const n = 10
-	results := make(chan error, n)
-	start := time.Now()
-	for range n {
-		go func() {
-			ok, err := c.Allow(context.Background(), "a")
-			if !ok {
-				err = fmt.Errorf("refused: %v", err)
-			}
-			results <- err
-		}()
-	}
-	for i := range n {
-		recv(t, read, fmt.Sprintf("query %d at the daemon", i))
-	}
-	for range n {
-		if err := recv(t, results, "answer"); !errors.Is(err, ErrTimeout) {
-			t.Errorf("got %v, want fail open with ErrTimeout", err)
-		}
-	}
-	if elapsed := time.Since(start); elapsed < timeout {
-		t.Errorf("answered after %v, before the %v timeout", elapsed, timeout)
-	}
-	if s := c.Stats(); s.Timeouts != n || s.FailOpen != n || s.Dials != 1 {
-		t.Fatalf("stats %+v: want %d timeouts and fail-open decisions, 1 dial", s, n)
-	}
-	c.health.mu.Lock()
-	failures := c.health.failures
-	c.health.mu.Unlock()
-	if failures != 1 {
-		t.Fatalf("%d failures counted for one silent connection, want 1", failures)
-	}
-	if _, err := c.Allow(context.Background(), "a"); !errors.Is(err, ErrBackoff) {
-		t.Fatalf("after the timeout: %v, want ErrBackoff", err)
-	}
-	clk.Add(DefaultMinBackoff)
-	if _, err := c.Allow(context.Background(), "a"); !errors.Is(err, ErrTimeout) {
-		t.Fatalf("probe: %v, want ErrTimeout", err)
-	}
-	if d, a := c.Stats().Dials, f.accepts.Load(); d != 2 || a != 2 {
-		t.Fatalf("%d dials, %d accepted: the timed-out connection was not replaced", d, a)
-	}
 }
 
 // TestProbeAlone: when a backoff ends, one query probes; the others keep
@@ -217,42 +219,44 @@ func TestProbeAlone(t *testing.T) {
 	}
 }
 
-// TestLateReplyDiscarded: a reply that comes after its query timed out
+// TestLateReplyDiscarded, on fake time: a reply that comes after its query timed out
 // must never reach the next query. The timed-out connection is closed, so
 // the late reply cannot even be written; the next query gets its own
 // answer on a new connection.
 func TestLateReplyDiscarded(t *testing.T) {
-	g := newGated()
-	f := startFake(t, sockPath(t), g.serve)
-	clk := newClock()
-	c := newTestClient(t, f.path, Config{Timeout: 50 * time.Millisecond, Conns: 1}, clk)
-	ok, err := c.Allow(context.Background(), "no-late")
-	if !ok || !errors.Is(err, ErrTimeout) {
-		t.Fatalf("slow reply: got %v, %v; want true, ErrTimeout", ok, err)
-	}
-	recv(t, g.got, "first query")
-	g.release <- struct{}{}
-	if err := recv(t, g.wrote, "late write"); err == nil {
-		t.Fatal("the late reply was written to a connection the client should have closed")
-	}
-	clk.Add(DefaultMinBackoff)
-	c.timeout = long
-	c.health.hold = long
-	done := make(chan reply, 1)
-	go func() {
-		ok, err := c.Allow(context.Background(), "next")
-		done <- reply{ok, err}
-	}()
-	if got := recv(t, g.got, "next query"); got != "next" {
-		t.Fatalf("daemon read %q, want next", got)
-	}
-	g.release <- struct{}{}
-	if r := recv(t, done, "next answer"); !r.ok || r.err != nil {
-		t.Fatalf("next query: got %v, %v; want its own OK", r.ok, r.err)
-	}
-	if d := c.Stats().Dials; d != 2 {
-		t.Fatalf("%d dials, want 2", d)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		g := newGated()
+		f := startFakeMem(t, g.serve)
+		clk := newClock()
+		c := memClient(t, f, Config{Timeout: 50 * time.Millisecond, Conns: 1}, clk)
+		ok, err := c.Allow(context.Background(), "no-late")
+		if !ok || !errors.Is(err, ErrTimeout) {
+			t.Fatalf("slow reply: got %v, %v; want true, ErrTimeout", ok, err)
+		}
+		recv(t, g.got, "first query")
+		g.release <- struct{}{}
+		if err := recv(t, g.wrote, "late write"); err == nil {
+			t.Fatal("the late reply was written to a connection the client should have closed")
+		}
+		clk.Add(DefaultMinBackoff)
+		c.timeout = long
+		c.health.hold = long
+		done := make(chan reply, 1)
+		go func() {
+			ok, err := c.Allow(context.Background(), "next")
+			done <- reply{ok, err}
+		}()
+		if got := recv(t, g.got, "next query"); got != "next" {
+			t.Fatalf("daemon read %q, want next", got)
+		}
+		g.release <- struct{}{}
+		if r := recv(t, done, "next answer"); !r.ok || r.err != nil {
+			t.Fatalf("next query: got %v, %v; want its own OK", r.ok, r.err)
+		}
+		if d := c.Stats().Dials; d != 2 {
+			t.Fatalf("%d dials, want 2", d)
+		}
+	})
 }
 
 // TestCanceledKeepsStep: a query whose context ends keeps its place; its

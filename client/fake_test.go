@@ -2,6 +2,7 @@ package client
 
 import (
 	"bufio"
+	"context"
 	"net"
 	"os"
 	"path/filepath"
@@ -48,7 +49,21 @@ func startFake(t testing.TB, path string, behave behavior) *fakeDaemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeDaemon{path: path, l: l}
+	return serveFake(t, &fakeDaemon{path: path, l: l}, behave)
+}
+
+// startFakeMem serves behave on an in-memory listener until the test
+// ends; a client made by memClient dials it. Inside synctest.Test, the
+// client's timeouts are the bubble's fake time.
+func startFakeMem(t testing.TB, behave behavior) *fakeDaemon {
+	t.Helper()
+	return serveFake(t, &fakeDaemon{path: "memory", l: testkit.NewListener()}, behave)
+}
+
+// serveFake serves behave on f's listener until the test ends.
+func serveFake(t testing.TB, f *fakeDaemon, behave behavior) *fakeDaemon {
+	t.Helper()
+	l := f.l
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -163,6 +178,15 @@ func newTestClient(t testing.TB, path string, cfg Config, clk *testkit.Clock) *C
 		c.health.now = clk.Now
 	}
 	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// memClient is newTestClient for f, a fake daemon of startFakeMem.
+func memClient(t testing.TB, f *fakeDaemon, cfg Config, clk *testkit.Clock) *Client {
+	t.Helper()
+	c := newTestClient(t, f.path, cfg, clk)
+	l := f.l.(*testkit.Listener)
+	c.dial = func(context.Context, string, string, time.Time) (net.Conn, error) { return l.Dial() }
 	return c
 }
 
