@@ -273,14 +273,11 @@ func TestMaxRequests(t *testing.T) {
 	}
 	// The slot is free again once the first has ended.
 	go func() { <-entered }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.WaitFor(t, 5*time.Second, "a request served after the first ended", func() bool {
 		_, err := c.GetRateLimits(ctx(t), req)
-		if err == nil {
-			break
-		}
-		if status.Code(err) != codes.ResourceExhausted || time.Now().After(deadline) {
+		if err != nil && status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("after the first ended: %v", err)
 		}
-	}
+		return err == nil
+	})
 }
