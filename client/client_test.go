@@ -11,6 +11,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // long is a timeout no healthy query on this machine reaches, for the
@@ -149,10 +151,10 @@ func TestHungDaemon(t *testing.T) {
 			}()
 		}
 		for i := range n {
-			recv(t, read, fmt.Sprintf("query %d at the daemon", i))
+			testkit.Recv(t, read, 10*time.Second, fmt.Sprintf("query %d at the daemon", i))
 		}
 		for range n {
-			if err := recv(t, results, "answer"); !errors.Is(err, ErrTimeout) {
+			if err := testkit.Recv(t, results, 10*time.Second, "answer"); !errors.Is(err, ErrTimeout) {
 				t.Errorf("got %v, want fail open with ErrTimeout", err)
 			}
 		}
@@ -196,7 +198,7 @@ func TestProbeAlone(t *testing.T) {
 		_, err := c.Allow(context.Background(), "probe")
 		done <- err
 	}()
-	if got := recv(t, g.got, "probe"); got != "probe" {
+	if got := testkit.Recv(t, g.got, 10*time.Second, "probe"); got != "probe" {
 		t.Fatalf("daemon read %q", got)
 	}
 	for range 10 {
@@ -205,16 +207,16 @@ func TestProbeAlone(t *testing.T) {
 		}
 	}
 	g.release <- struct{}{}
-	if err := recv(t, done, "probe answer"); err != nil {
+	if err := testkit.Recv(t, done, 10*time.Second, "probe answer"); err != nil {
 		t.Fatalf("probe: %v", err)
 	}
 	go func() {
 		_, err := c.Allow(context.Background(), "after")
 		done <- err
 	}()
-	recv(t, g.got, "query after the probe")
+	testkit.Recv(t, g.got, 10*time.Second, "query after the probe")
 	g.release <- struct{}{}
-	if err := recv(t, done, "answer after the probe"); err != nil {
+	if err := testkit.Recv(t, done, 10*time.Second, "answer after the probe"); err != nil {
 		t.Fatalf("after the probe: %v", err)
 	}
 }
@@ -233,9 +235,9 @@ func TestLateReplyDiscarded(t *testing.T) {
 		if !ok || !errors.Is(err, ErrTimeout) {
 			t.Fatalf("slow reply: got %v, %v; want true, ErrTimeout", ok, err)
 		}
-		recv(t, g.got, "first query")
+		testkit.Recv(t, g.got, 10*time.Second, "first query")
 		g.release <- struct{}{}
-		if err := recv(t, g.wrote, "late write"); err == nil {
+		if err := testkit.Recv(t, g.wrote, 10*time.Second, "late write"); err == nil {
 			t.Fatal("the late reply was written to a connection the client should have closed")
 		}
 		clk.Add(DefaultMinBackoff)
@@ -246,11 +248,11 @@ func TestLateReplyDiscarded(t *testing.T) {
 			ok, err := c.Allow(context.Background(), "next")
 			done <- reply{ok, err}
 		}()
-		if got := recv(t, g.got, "next query"); got != "next" {
+		if got := testkit.Recv(t, g.got, 10*time.Second, "next query"); got != "next" {
 			t.Fatalf("daemon read %q, want next", got)
 		}
 		g.release <- struct{}{}
-		if r := recv(t, done, "next answer"); !r.ok || r.err != nil {
+		if r := testkit.Recv(t, done, 10*time.Second, "next answer"); !r.ok || r.err != nil {
 			t.Fatalf("next query: got %v, %v; want its own OK", r.ok, r.err)
 		}
 		if d := c.Stats().Dials; d != 2 {
@@ -272,9 +274,9 @@ func TestCanceledKeepsStep(t *testing.T) {
 		ok, err := c.Allow(ctx, "no-canceled")
 		first <- reply{ok, err}
 	}()
-	recv(t, g.got, "first query")
+	testkit.Recv(t, g.got, 10*time.Second, "first query")
 	cancel()
-	if r := recv(t, first, "canceled answer"); !r.ok || !errors.Is(r.err, context.Canceled) {
+	if r := testkit.Recv(t, first, 10*time.Second, "canceled answer"); !r.ok || !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("canceled query: got %v, %v; want true, context.Canceled", r.ok, r.err)
 	}
 	second := make(chan reply, 1)
@@ -283,11 +285,11 @@ func TestCanceledKeepsStep(t *testing.T) {
 		second <- reply{ok, err}
 	}()
 	g.release <- struct{}{} // NO, for the canceled query
-	if got := recv(t, g.got, "second query"); got != "second" {
+	if got := testkit.Recv(t, g.got, 10*time.Second, "second query"); got != "second" {
 		t.Fatalf("daemon read %q", got)
 	}
 	g.release <- struct{}{}
-	if r := recv(t, second, "second answer"); !r.ok || r.err != nil {
+	if r := testkit.Recv(t, second, 10*time.Second, "second answer"); !r.ok || r.err != nil {
 		t.Fatalf("second query: got %v, %v; want OK (the canceled query's NO was given to it?)", r.ok, r.err)
 	}
 	if s := c.Stats(); s.Dials != 1 || s.Canceled != 1 || s.OK != 1 {

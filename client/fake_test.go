@@ -189,15 +189,3 @@ func memClient(t testing.TB, f *fakeDaemon, cfg Config, clk *testkit.Clock) *Cli
 	c.dial = func(context.Context, string, string, time.Time) (net.Conn, error) { return l.Dial() }
 	return c
 }
-
-// recv returns the next value of ch, failing the test after 10 s.
-func recv[T any](t testing.TB, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no %s within 10s", what)
-		panic("unreachable")
-	}
-}

@@ -122,13 +122,8 @@ func TestCloseTwice(t *testing.T) {
 			t.Errorf("Close %d: %v", i+1, err)
 		}
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Serve after Close: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Serve still running 10 s after Close")
+	if err := testkit.Recv(t, done, 10*time.Second, "Serve to return after Close"); err != nil {
+		t.Errorf("Serve after Close: %v", err)
 	}
 	if _, err := net.Dial("tcp", s.Addr().String()); err == nil {
 		t.Error("port still accepting after Close")

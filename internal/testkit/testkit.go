@@ -1,5 +1,6 @@
 // Package testkit is what the tests of many packages share, once: a
-// bounded wait for a condition (WaitFor), a clock moved by hand (Clock),
+// bounded wait for a condition (WaitFor) or for a value on a channel
+// (Recv), a clock moved by hand (Clock),
 // and an in-memory network (Pipe, Listener) whose connections keep their
 // deadlines on the clock of the goroutine that sets them.
 //
@@ -32,6 +33,22 @@ func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 			t.Fatalf("waited %v for %s", within, what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// Recv returns the next value from ch, and fails the test with what was
+// awaited if none comes within. Inside a synctest bubble within is fake
+// time: a value that can never come is a deadlock the bubble reports.
+func Recv[T any](t testing.TB, ch <-chan T, within time.Duration, what string) T {
+	t.Helper()
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("waited %v for %s", within, what)
+		panic("unreachable")
 	}
 }
 

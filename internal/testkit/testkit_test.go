@@ -57,6 +57,29 @@ func (f *fatalTB) Fatalf(format string, args ...any) {
 	runtime.Goexit()
 }
 
+// TestRecv: a value sent is returned; none within the bound fails the
+// test after it, on fake time.
+func TestRecv(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ch := make(chan int, 1)
+		ch <- 7
+		if v := Recv(t, ch, time.Second, "a value"); v != 7 {
+			t.Errorf("Recv = %d, want 7", v)
+		}
+		ft := &fatalTB{TB: t}
+		start := time.Now()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			Recv(ft, ch, time.Minute, "nothing")
+		}()
+		<-done
+		if ft.msg != "waited 1m0s for nothing" || time.Since(start) != time.Minute {
+			t.Errorf("failed %q after %v, want the bound named after 1m", ft.msg, time.Since(start))
+		}
+	})
+}
+
 func TestClock(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	c := NewClock(t0)
