@@ -122,13 +122,8 @@ func TestUnicastCloseWhileReceiving(t *testing.T) {
 		})
 		closed := make(chan error, 1)
 		go func() { closed <- a.Close() }()
-		select {
-		case err := <-closed:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(udpWait):
-			t.Fatal("Close hung while the receive loop waited on a full channel")
+		if err := testkit.Recv(t, closed, udpWait, "Close while the receive loop waits on a full channel"); err != nil {
+			t.Fatal(err)
 		}
 		waitClosed(t, a.Packets())
 	}

@@ -173,13 +173,8 @@ func (ts *testServer) serve() {
 func (ts *testServer) waitServed(t testing.TB) {
 	t.Helper()
 	for range ts.listeners {
-		select {
-		case err := <-ts.served:
-			if err != nil {
-				t.Errorf("Serve returned %v, want nil", err)
-			}
-		case <-time.After(ioTimeout):
-			t.Fatalf("Serve did not return")
+		if err := testkit.Recv(t, ts.served, ioTimeout, "Serve to return"); err != nil {
+			t.Errorf("Serve returned %v, want nil", err)
 		}
 	}
 	ts.listeners = nil
