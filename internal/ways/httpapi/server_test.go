@@ -189,6 +189,36 @@ func TestSlowClientClosed(t *testing.T) {
 	})
 }
 
+// TestSlowReaderClosed, on fake time: a client that sends requests and
+// reads no answer, over 1 KiB buffers each way, has its connection
+// closed exactly WriteTimeout after the request whose answer found the
+// buffers full, and not a nanosecond before.
+func TestSlowReaderClosed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 200 * time.Millisecond
+		tb := newTable(t, bucket.Policy{Rate: 1, Burst: 10})
+		s, l := startMem(t, tb, Config{WriteTimeout: timeout})
+		c, server := testkit.Pipe()
+		defer c.Close()
+		c.SetReadBuffer(1 << 10)
+		server.SetWriteBuffer(1 << 10)
+		if err := l.Offer(server); err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte(strings.Repeat("GET /v1/allow?tag=a HTTP/1.1\r\nHost: x\r\n\r\n", 100)))
+		time.Sleep(timeout - time.Nanosecond)
+		synctest.Wait()
+		if n := s.Stats().Active; n != 1 {
+			t.Fatalf("%d connections served a nanosecond before the write timeout, want 1", n)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if n := s.Stats().Active; n != 0 {
+			t.Errorf("%d connections served at the write timeout, want 0", n)
+		}
+	})
+}
+
 func TestShutdownStopsServing(t *testing.T) {
 	tb := newTable(t, bucket.Policy{Rate: 1, Burst: 10})
 	s, addr := startServer(t, tb, Config{})
