@@ -139,8 +139,13 @@ type Client struct {
 	stats            counters
 	sharing          sharing
 
-	closed atomic.Bool
-	wg     sync.WaitGroup // connections' reader and writer goroutines
+	closed  atomic.Bool
+	wg      sync.WaitGroup // connections' reader and writer goroutines
+	waiters waiterPool     // the queries' waiters, recycled
+
+	// dial connects to the daemon by the deadline: dialNet, or in tests a
+	// dial on the in-memory network.
+	dial func(ctx context.Context, network, address string, deadline time.Time) (net.Conn, error)
 }
 
 // slot holds one of the pool's connections, dialed on demand.
@@ -193,6 +198,7 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{
 		network:    cfg.Network,
 		address:    cfg.Address,
+		dial:       dialNet,
 		timeout:    cfg.Timeout,
 		failOK:     cfg.FailMode == FailOpen,
 		health:     health{min: cfg.MinBackoff, max: cfg.MaxBackoff, hold: cfg.Timeout, now: time.Now},
@@ -262,10 +268,10 @@ func (c *Client) ask(ctx context.Context, tag string) (bool, error) {
 	if err != nil {
 		return c.fail(ctx, &c.health, gen, err)
 	}
-	w := getWaiter()
+	w := c.waiters.get()
 	w.sent = start
 	if err := cn.send(tag, w); err != nil {
-		putWaiter(w)
+		w.recycle()
 		return c.fail(ctx, &c.health, gen, err)
 	}
 	w.timer.Reset(time.Until(deadline))
@@ -303,7 +309,7 @@ func (c *Client) ask(ctx context.Context, tag string) (bool, error) {
 		}
 		return c.failed(), ctx.Err()
 	}
-	putWaiter(w)
+	w.recycle()
 	if r.err != nil {
 		return c.fail(ctx, &c.health, gen, r.err)
 	}
@@ -363,8 +369,7 @@ func (c *Client) conn(ctx context.Context, deadline time.Time) (*conn, error) {
 		return nil, ErrClosed
 	}
 	c.stats.dials.Add(1)
-	d := net.Dialer{Deadline: deadline}
-	nc, err := d.DialContext(ctx, c.network, c.address)
+	nc, err := c.dial(ctx, c.network, c.address, deadline)
 	if err != nil {
 		return nil, fmt.Errorf("client: dialing %s %s: %w", c.network, c.address, err)
 	}
@@ -375,6 +380,12 @@ func (c *Client) conn(ctx context.Context, deadline time.Time) (*conn, error) {
 	cn := newConn(nc, s, &c.wg)
 	s.cur.Store(cn)
 	return cn, nil
+}
+
+// dialNet dials address on network by deadline.
+func dialNet(ctx context.Context, network, address string, deadline time.Time) (net.Conn, error) {
+	d := net.Dialer{Deadline: deadline}
+	return d.DialContext(ctx, network, address)
 }
 
 // FailMode returns the answer given when the daemon cannot answer.

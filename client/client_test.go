@@ -9,7 +9,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // long is a timeout no healthy query on this machine reaches, for the
@@ -80,11 +83,11 @@ func TestAbsentDaemon(t *testing.T) {
 	}
 	// Backoff 10ms, 20ms, 40ms: one dial each time it ends, none before.
 	for i, pause := range []time.Duration{10, 20, 40} {
-		clk.step(pause*time.Millisecond - time.Nanosecond)
+		clk.Add(pause*time.Millisecond - time.Nanosecond)
 		if _, err := c.Allow(ctx, "a"); !errors.Is(err, ErrBackoff) {
 			t.Fatalf("probe %d: 1ns before the backoff ends: %v", i, err)
 		}
-		clk.step(time.Nanosecond)
+		clk.Add(time.Nanosecond)
 		if _, err := c.Allow(ctx, "a"); err == nil || errors.Is(err, ErrBackoff) {
 			t.Fatalf("probe %d: got %v, want a dial error", i, err)
 		}
@@ -96,7 +99,7 @@ func TestAbsentDaemon(t *testing.T) {
 	if _, err := c.Allow(ctx, "a"); !errors.Is(err, ErrBackoff) {
 		t.Fatalf("daemon back, still backing off: %v", err)
 	}
-	clk.step(80 * time.Millisecond)
+	clk.Add(80 * time.Millisecond)
 	for i := range 3 {
 		if ok, err := c.Allow(ctx, "no"); ok || err != nil {
 			t.Fatalf("daemon back, query %d: got %v, %v; want false, nil", i, ok, err)
@@ -116,67 +119,68 @@ func TestAbsentDaemonFailClosed(t *testing.T) {
 	}
 }
 
-// TestHungDaemon: the daemon accepts and reads but never answers. Queries
-// time out and fail open; those queued behind the first fail with it, as
-// one failure; the connection is discarded and redialed after the backoff.
+// TestHungDaemon, on fake time: the daemon accepts and reads but never
+// answers. Queries time out exactly Timeout after they were sent and
+// fail open; those queued behind the first fail with it, as one failure;
+// the connection is discarded and redialed after the backoff.
 func TestHungDaemon(t *testing.T) {
-	read := make(chan string, 100)
-	f := startFake(t, sockPath(t), func(c net.Conn, r *bufio.Reader) {
-		for {
-			line, err := r.ReadString('\n')
-			if err != nil {
-				return
+	synctest.Test(t, func(t *testing.T) {
+		read := make(chan string, 100)
+		f := startFakeMem(t, func(c net.Conn, r *bufio.Reader) {
+			for {
+				line, err := r.ReadString('\n')
+				if err != nil {
+					return
+				}
+				read <- line
 			}
-			read <- line
+		})
+		clk := newClock()
+		const timeout = time.Second
+		c := memClient(t, f, Config{Timeout: timeout}, clk)
+		const n = 10
+		results := make(chan error, n)
+		start := time.Now()
+		for range n {
+			go func() {
+				ok, err := c.Allow(context.Background(), "a")
+				if !ok {
+					err = fmt.Errorf("refused: %v", err)
+				}
+				results <- err
+			}()
+		}
+		for i := range n {
+			testkit.Recv(t, read, 10*time.Second, fmt.Sprintf("query %d at the daemon", i))
+		}
+		for range n {
+			if err := testkit.Recv(t, results, 10*time.Second, "answer"); !errors.Is(err, ErrTimeout) {
+				t.Errorf("got %v, want fail open with ErrTimeout", err)
+			}
+		}
+		if elapsed := time.Since(start); elapsed != timeout {
+			t.Errorf("answered after %v, want the %v timeout", elapsed, timeout)
+		}
+		if s := c.Stats(); s.Timeouts != n || s.FailOpen != n || s.Dials != 1 {
+			t.Fatalf("stats %+v: want %d timeouts and fail-open decisions, 1 dial", s, n)
+		}
+		c.health.mu.Lock()
+		failures := c.health.failures
+		c.health.mu.Unlock()
+		if failures != 1 {
+			t.Fatalf("%d failures counted for one silent connection, want 1", failures)
+		}
+		if _, err := c.Allow(context.Background(), "a"); !errors.Is(err, ErrBackoff) {
+			t.Fatalf("after the timeout: %v, want ErrBackoff", err)
+		}
+		clk.Add(DefaultMinBackoff)
+		if _, err := c.Allow(context.Background(), "a"); !errors.Is(err, ErrTimeout) {
+			t.Fatalf("probe: %v, want ErrTimeout", err)
+		}
+		if d, a := c.Stats().Dials, f.accepts.Load(); d != 2 || a != 2 {
+			t.Fatalf("%d dials, %d accepted: the timed-out connection was not replaced", d, a)
 		}
 	})
-	clk := newClock()
-	// Long enough for all the queries to be sent before the first times
-	// out, on a loaded machine too.
-	const timeout = time.Second
-	c := newTestClient(t, f.path, Config{Timeout: timeout}, clk)
-	const n = 10
-	results := make(chan error, n)
-	start := time.Now()
-	for range n {
-		go func() {
-			ok, err := c.Allow(context.Background(), "a")
-			if !ok {
-				err = fmt.Errorf("refused: %v", err)
-			}
-			results <- err
-		}()
-	}
-	for i := range n {
-		recv(t, read, fmt.Sprintf("query %d at the daemon", i))
-	}
-	for range n {
-		if err := recv(t, results, "answer"); !errors.Is(err, ErrTimeout) {
-			t.Errorf("got %v, want fail open with ErrTimeout", err)
-		}
-	}
-	if elapsed := time.Since(start); elapsed < timeout {
-		t.Errorf("answered after %v, before the %v timeout", elapsed, timeout)
-	}
-	if s := c.Stats(); s.Timeouts != n || s.FailOpen != n || s.Dials != 1 {
-		t.Fatalf("stats %+v: want %d timeouts and fail-open decisions, 1 dial", s, n)
-	}
-	c.health.mu.Lock()
-	failures := c.health.failures
-	c.health.mu.Unlock()
-	if failures != 1 {
-		t.Fatalf("%d failures counted for one silent connection, want 1", failures)
-	}
-	if _, err := c.Allow(context.Background(), "a"); !errors.Is(err, ErrBackoff) {
-		t.Fatalf("after the timeout: %v, want ErrBackoff", err)
-	}
-	clk.step(DefaultMinBackoff)
-	if _, err := c.Allow(context.Background(), "a"); !errors.Is(err, ErrTimeout) {
-		t.Fatalf("probe: %v, want ErrTimeout", err)
-	}
-	if d, a := c.Stats().Dials, f.accepts.Load(); d != 2 || a != 2 {
-		t.Fatalf("%d dials, %d accepted: the timed-out connection was not replaced", d, a)
-	}
 }
 
 // TestProbeAlone: when a backoff ends, one query probes; the others keep
@@ -188,13 +192,13 @@ func TestProbeAlone(t *testing.T) {
 	c.Allow(context.Background(), "a") // no daemon: backoff
 	g := newGated()
 	startFake(t, path, g.serve)
-	clk.step(DefaultMinBackoff)
+	clk.Add(DefaultMinBackoff)
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Allow(context.Background(), "probe")
 		done <- err
 	}()
-	if got := recv(t, g.got, "probe"); got != "probe" {
+	if got := testkit.Recv(t, g.got, 10*time.Second, "probe"); got != "probe" {
 		t.Fatalf("daemon read %q", got)
 	}
 	for range 10 {
@@ -203,56 +207,58 @@ func TestProbeAlone(t *testing.T) {
 		}
 	}
 	g.release <- struct{}{}
-	if err := recv(t, done, "probe answer"); err != nil {
+	if err := testkit.Recv(t, done, 10*time.Second, "probe answer"); err != nil {
 		t.Fatalf("probe: %v", err)
 	}
 	go func() {
 		_, err := c.Allow(context.Background(), "after")
 		done <- err
 	}()
-	recv(t, g.got, "query after the probe")
+	testkit.Recv(t, g.got, 10*time.Second, "query after the probe")
 	g.release <- struct{}{}
-	if err := recv(t, done, "answer after the probe"); err != nil {
+	if err := testkit.Recv(t, done, 10*time.Second, "answer after the probe"); err != nil {
 		t.Fatalf("after the probe: %v", err)
 	}
 }
 
-// TestLateReplyDiscarded: a reply that comes after its query timed out
+// TestLateReplyDiscarded, on fake time: a reply that comes after its query timed out
 // must never reach the next query. The timed-out connection is closed, so
 // the late reply cannot even be written; the next query gets its own
 // answer on a new connection.
 func TestLateReplyDiscarded(t *testing.T) {
-	g := newGated()
-	f := startFake(t, sockPath(t), g.serve)
-	clk := newClock()
-	c := newTestClient(t, f.path, Config{Timeout: 50 * time.Millisecond, Conns: 1}, clk)
-	ok, err := c.Allow(context.Background(), "no-late")
-	if !ok || !errors.Is(err, ErrTimeout) {
-		t.Fatalf("slow reply: got %v, %v; want true, ErrTimeout", ok, err)
-	}
-	recv(t, g.got, "first query")
-	g.release <- struct{}{}
-	if err := recv(t, g.wrote, "late write"); err == nil {
-		t.Fatal("the late reply was written to a connection the client should have closed")
-	}
-	clk.step(DefaultMinBackoff)
-	c.timeout = long
-	c.health.hold = long
-	done := make(chan reply, 1)
-	go func() {
-		ok, err := c.Allow(context.Background(), "next")
-		done <- reply{ok, err}
-	}()
-	if got := recv(t, g.got, "next query"); got != "next" {
-		t.Fatalf("daemon read %q, want next", got)
-	}
-	g.release <- struct{}{}
-	if r := recv(t, done, "next answer"); !r.ok || r.err != nil {
-		t.Fatalf("next query: got %v, %v; want its own OK", r.ok, r.err)
-	}
-	if d := c.Stats().Dials; d != 2 {
-		t.Fatalf("%d dials, want 2", d)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		g := newGated()
+		f := startFakeMem(t, g.serve)
+		clk := newClock()
+		c := memClient(t, f, Config{Timeout: 50 * time.Millisecond, Conns: 1}, clk)
+		ok, err := c.Allow(context.Background(), "no-late")
+		if !ok || !errors.Is(err, ErrTimeout) {
+			t.Fatalf("slow reply: got %v, %v; want true, ErrTimeout", ok, err)
+		}
+		testkit.Recv(t, g.got, 10*time.Second, "first query")
+		g.release <- struct{}{}
+		if err := testkit.Recv(t, g.wrote, 10*time.Second, "late write"); err == nil {
+			t.Fatal("the late reply was written to a connection the client should have closed")
+		}
+		clk.Add(DefaultMinBackoff)
+		c.timeout = long
+		c.health.hold = long
+		done := make(chan reply, 1)
+		go func() {
+			ok, err := c.Allow(context.Background(), "next")
+			done <- reply{ok, err}
+		}()
+		if got := testkit.Recv(t, g.got, 10*time.Second, "next query"); got != "next" {
+			t.Fatalf("daemon read %q, want next", got)
+		}
+		g.release <- struct{}{}
+		if r := testkit.Recv(t, done, 10*time.Second, "next answer"); !r.ok || r.err != nil {
+			t.Fatalf("next query: got %v, %v; want its own OK", r.ok, r.err)
+		}
+		if d := c.Stats().Dials; d != 2 {
+			t.Fatalf("%d dials, want 2", d)
+		}
+	})
 }
 
 // TestCanceledKeepsStep: a query whose context ends keeps its place; its
@@ -268,9 +274,9 @@ func TestCanceledKeepsStep(t *testing.T) {
 		ok, err := c.Allow(ctx, "no-canceled")
 		first <- reply{ok, err}
 	}()
-	recv(t, g.got, "first query")
+	testkit.Recv(t, g.got, 10*time.Second, "first query")
 	cancel()
-	if r := recv(t, first, "canceled answer"); !r.ok || !errors.Is(r.err, context.Canceled) {
+	if r := testkit.Recv(t, first, 10*time.Second, "canceled answer"); !r.ok || !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("canceled query: got %v, %v; want true, context.Canceled", r.ok, r.err)
 	}
 	second := make(chan reply, 1)
@@ -279,11 +285,11 @@ func TestCanceledKeepsStep(t *testing.T) {
 		second <- reply{ok, err}
 	}()
 	g.release <- struct{}{} // NO, for the canceled query
-	if got := recv(t, g.got, "second query"); got != "second" {
+	if got := testkit.Recv(t, g.got, 10*time.Second, "second query"); got != "second" {
 		t.Fatalf("daemon read %q", got)
 	}
 	g.release <- struct{}{}
-	if r := recv(t, second, "second answer"); !r.ok || r.err != nil {
+	if r := testkit.Recv(t, second, 10*time.Second, "second answer"); !r.ok || r.err != nil {
 		t.Fatalf("second query: got %v, %v; want OK (the canceled query's NO was given to it?)", r.ok, r.err)
 	}
 	if s := c.Stats(); s.Dials != 1 || s.Canceled != 1 || s.OK != 1 {

@@ -36,23 +36,32 @@ type waiter struct {
 	ch    chan reply // capacity 1: delivering never blocks
 	timer *time.Timer
 	state atomic.Int32
-	sent  time.Time // when Allow began; read under the conn's mu while queued
+	sent  time.Time   // when Allow began; read under the conn's mu while queued
+	pool  *waiterPool // where it is recycled
 }
 
-var waiters = sync.Pool{New: func() any {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return &waiter{ch: make(chan reply, 1), timer: t}
-}}
+// waiterPool recycles one Client's waiters. It is the Client's, not the
+// package's, so that a waiter's channel and timer serve only the
+// goroutines of the Client that made them: testing/synctest forbids a
+// bubble's channels and timers to any other, and a Client made in a
+// bubble is used there.
+type waiterPool struct{ p sync.Pool }
 
-func getWaiter() *waiter {
-	w := waiters.Get().(*waiter)
+// get returns a waiter, waiting, with its timer stopped.
+func (wp *waiterPool) get() *waiter {
+	w, _ := wp.p.Get().(*waiter)
+	if w == nil {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		w = &waiter{ch: make(chan reply, 1), timer: t, pool: wp}
+	}
 	w.state.Store(waiting)
 	return w
 }
 
-// putWaiter recycles w. Its timer must be stopped and its channel empty.
-func putWaiter(w *waiter) { waiters.Put(w) }
+// recycle puts w back in its pool. Its timer must be stopped and its
+// channel empty.
+func (w *waiter) recycle() { w.pool.p.Put(w) }
 
 // deliver hands r to w, or recycles w if Allow abandoned it.
 func (w *waiter) deliver(r reply) {
@@ -60,7 +69,7 @@ func (w *waiter) deliver(r reply) {
 		w.ch <- r
 		return
 	}
-	putWaiter(w)
+	w.recycle()
 }
 
 // abandon gives up on w's reply. It reports false when the reply was

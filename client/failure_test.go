@@ -7,7 +7,10 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // TestClosedMidReply: the daemon writes half a reply and closes. The query
@@ -55,7 +58,7 @@ func TestReconnect(t *testing.T) {
 		t.Fatalf("before the restart: %v, %v", ok, err)
 	}
 	f.stop()
-	waitFor(t, "the client to drop its closed connection", func() bool { return c.slots[0].cur.Load() == nil })
+	testkit.WaitFor(t, 10*time.Second, "the client to drop its closed connection", func() bool { return c.slots[0].cur.Load() == nil })
 	startFake(t, path, answer)
 	if ok, err := c.Allow(context.Background(), "no"); ok || err != nil {
 		t.Fatalf("after the restart: got %v, %v; want false, nil", ok, err)
@@ -125,34 +128,41 @@ func TestContextDeadline(t *testing.T) {
 	}
 }
 
-// TestShortDeadlinesDetectHang: callers whose contexts always end before
-// Timeout still notice a hung daemon, and back off from it.
+// TestShortDeadlinesDetectHang, on fake time: callers whose contexts
+// always end before Timeout still notice a hung daemon, and back off from
+// it: queries of 5 ms each, one after the other, against a Timeout of
+// 30 ms; the one that gives up at 35 ms finds the first waiting longer
+// than Timeout, and the next, the eighth, is backed off.
 func TestShortDeadlinesDetectHang(t *testing.T) {
-	f := startFake(t, sockPath(t), hang)
-	c := newTestClient(t, f.path, Config{Timeout: 30 * time.Millisecond}, nil)
-	for i := 0; ; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-		ok, err := c.Allow(ctx, "a")
-		cancel()
-		if !ok {
-			t.Fatalf("query %d refused failing open: %v", i, err)
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 30 * time.Millisecond
+		f := startFakeMem(t, hang)
+		c := memClient(t, f, Config{Timeout: timeout}, nil)
+		start := time.Now()
+		for i := 0; ; i++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+			ok, err := c.Allow(ctx, "a")
+			cancel()
+			if !ok {
+				t.Fatalf("query %d refused failing open: %v", i, err)
+			}
+			if errors.Is(err, ErrBackoff) {
+				if took := time.Since(start); i != 7 || took != 35*time.Millisecond {
+					t.Errorf("backed off at query %d, %v on; want query 7, 35ms on", i, took)
+				}
+				break
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("query %d: %v, want DeadlineExceeded", i, err)
+			}
+			if i == 1000 {
+				t.Fatal("1000 queries canceled on a hung daemon, and no backoff")
+			}
 		}
-		if errors.Is(err, ErrBackoff) {
-			break
+		if s := c.Stats(); s.Timeouts != 1 || s.Dials != 1 {
+			t.Fatalf("stats %+v: want the hang noticed once, on the one connection", s)
 		}
-		// A query's own timer may fire with its context's on a busy
-		// machine, and either may be taken: the client's timeout notices
-		// the hang as well, and the next query is backed off.
-		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
-			t.Fatalf("query %d: %v, want DeadlineExceeded or ErrTimeout", i, err)
-		}
-		if i == 1000 {
-			t.Fatal("1000 queries canceled on a hung daemon, and no backoff")
-		}
-	}
-	if s := c.Stats(); s.Timeouts != 1 || s.Dials != 1 {
-		t.Fatalf("stats %+v: want the hang noticed once, on the one connection", s)
-	}
+	})
 }
 
 func TestNewErrors(t *testing.T) {
@@ -179,17 +189,5 @@ func TestBackoffSteps(t *testing.T) {
 	}
 	if got := h.backoff(1000); got != 5*time.Second {
 		t.Errorf("1000 failures: got %v, want the 5s cap", got)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bufio"
+	"context"
 	"net"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // fakeDaemon is a hand-written stand-in for dthrottled on a Unix socket:
@@ -46,7 +49,21 @@ func startFake(t testing.TB, path string, behave behavior) *fakeDaemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeDaemon{path: path, l: l}
+	return serveFake(t, &fakeDaemon{path: path, l: l}, behave)
+}
+
+// startFakeMem serves behave on an in-memory listener until the test
+// ends; a client made by memClient dials it. Inside synctest.Test, the
+// client's timeouts are the bubble's fake time.
+func startFakeMem(t testing.TB, behave behavior) *fakeDaemon {
+	t.Helper()
+	return serveFake(t, &fakeDaemon{path: "memory", l: testkit.NewListener()}, behave)
+}
+
+// serveFake serves behave on f's listener until the test ends.
+func serveFake(t testing.TB, f *fakeDaemon, behave behavior) *fakeDaemon {
+	t.Helper()
+	l := f.l
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -142,31 +159,14 @@ func (g *gated) serve(c net.Conn, r *bufio.Reader) {
 	}
 }
 
-// fakeClock is a clock tests step by hand. Safe for concurrent use.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) step(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+// newClock is a clock tests step by hand.
+func newClock() *testkit.Clock { return testkit.NewClock(time.Unix(1_700_000_000, 0)) }
 
 // newTestClient returns a Client on path with cfg's other fields, stepped
 // by clk when clk is not nil, closed when the test ends.
 // The fake daemons speak the line protocol only: the Client must not
 // attach to them (shared_test.go tests attaching against a real table).
-func newTestClient(t testing.TB, path string, cfg Config, clk *fakeClock) *Client {
+func newTestClient(t testing.TB, path string, cfg Config, clk *testkit.Clock) *Client {
 	t.Helper()
 	cfg.Address = path
 	cfg.NoShare = true
@@ -175,20 +175,17 @@ func newTestClient(t testing.TB, path string, cfg Config, clk *fakeClock) *Clien
 		t.Fatal(err)
 	}
 	if clk != nil {
-		c.health.now = clk.now
+		c.health.now = clk.Now
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
 }
 
-// recv returns the next value of ch, failing the test after 10 s.
-func recv[T any](t testing.TB, ch <-chan T, what string) T {
+// memClient is newTestClient for f, a fake daemon of startFakeMem.
+func memClient(t testing.TB, f *fakeDaemon, cfg Config, clk *testkit.Clock) *Client {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no %s within 10s", what)
-		panic("unreachable")
-	}
+	c := newTestClient(t, f.path, cfg, clk)
+	l := f.l.(*testkit.Listener)
+	c.dial = func(context.Context, string, string, time.Time) (net.Conn, error) { return l.Dial() }
+	return c
 }

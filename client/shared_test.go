@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/dthrottle/dthrottle/client"
 	"github.com/dthrottle/dthrottle/internal/daemontest"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 //lint:file-ignore SA1008 SetHeaders sets the fields as the draft spells them, not canonicalised, and these tests read them so.
@@ -39,28 +41,22 @@ func newClient(t *testing.T, cfg client.Config) *client.Client {
 // most for 5 s.
 func awaitAttach(t *testing.T, c *client.Client, n uint64) {
 	t.Helper()
-	for i := 0; i < 500 && c.Stats().Attaches < n; i++ {
+	testkit.WaitFor(t, 5*time.Second, fmt.Sprintf("%d attaches", n), func() bool {
 		c.Check(context.Background(), "warm")
-		time.Sleep(10 * time.Millisecond)
-	}
-	if s := c.Stats(); s.Attaches < n {
-		t.Fatalf("stats %+v: want %d attaches", s, n)
-	}
+		return c.Stats().Attaches >= n
+	})
 }
 
 // awaitPath checks tag until a check is decided by want, at most for 5 s,
 // and returns that decision.
 func awaitPath(t *testing.T, c *client.Client, tag string, want client.Path) client.Decision {
 	t.Helper()
-	for i := 0; i < 500; i++ {
-		d, _ := c.Check(context.Background(), tag)
-		if d.Path == want {
-			return d
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s: never decided %v; stats %+v", tag, want, c.Stats())
-	return client.Decision{}
+	var d client.Decision
+	testkit.WaitFor(t, 5*time.Second, fmt.Sprintf("%s decided %v", tag, want), func() bool {
+		d, _ = c.Check(context.Background(), tag)
+		return d.Path == want
+	})
+	return d
 }
 
 const limits = `[limit]

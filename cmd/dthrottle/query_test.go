@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/protocol"
 )
 
@@ -140,22 +142,12 @@ func TestRewriteMapFlushesEachAnswer(t *testing.T) {
 		if _, err := io.WriteString(inW, "k\n"); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case line := <-got:
-			if line != want {
-				t.Fatalf("key %d: got %q, want %q", i, line, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("key %d: no answer within 10s: not flushed", i)
+		if line := testkit.Recv(t, got, 10*time.Second, fmt.Sprintf("key %d's answer (not flushed?)", i)); line != want {
+			t.Fatalf("key %d: got %q, want %q", i, line, want)
 		}
 	}
 	inW.Close()
-	select {
-	case code := <-done:
-		if code != exitOK {
-			t.Fatalf("exit %d at end of input, want 0", code)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("rewritemap did not exit at end of input")
+	if code := testkit.Recv(t, done, 10*time.Second, "rewritemap to exit at end of input"); code != exitOK {
+		t.Fatalf("exit %d at end of input, want 0", code)
 	}
 }

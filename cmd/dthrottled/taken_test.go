@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // A socket path that something else already has is refused at start with
@@ -193,13 +195,8 @@ func runFor(t *testing.T, args ...string) (code int, stderr string) {
 	var out, errOut bytes.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run(args, &out, &errOut) }()
-	select {
-	case code = <-done:
-		return code, errOut.String()
-	case <-time.After(10 * time.Second):
-		t.Fatalf("dthrottled %q still running after 10 s", args)
-		return 0, ""
-	}
+	code = testkit.Recv(t, done, 10*time.Second, fmt.Sprintf("dthrottled %q to return", args))
+	return code, errOut.String()
 }
 
 // file writes a file and returns its path with a check that its content

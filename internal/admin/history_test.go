@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
@@ -150,43 +151,52 @@ func TestChartSeries(t *testing.T) {
 	}
 }
 
-// A real server samples from New to Close, the first time one step after
-// New; Close stops the sampler, and does not wait past its grace for a
-// sample stuck in Sources.Snapshot.
+// TestHistorySampler: the sampler, on fake time, samples every step, the
+// first one step after it starts; stopping it waits no longer than its
+// grace, exactly, for a sample stuck in Sources.Snapshot. A real server
+// samples from New to Close.
 func TestHistorySampler(t *testing.T) {
-	h := newHistory(historyLen)
-	const stuckAt = 10
-	var calls atomic.Int64
-	stuck, release := make(chan struct{}), make(chan struct{})
-	h.start(time.Millisecond, func() Snapshot {
-		n := calls.Add(1)
-		if n == stuckAt {
-			close(stuck)
-			<-release
+	synctest.Test(t, func(t *testing.T) {
+		h := newHistory(historyLen)
+		const stuckAt = 10
+		var calls atomic.Int64
+		var first time.Duration
+		stuck, release := make(chan struct{}), make(chan struct{})
+		start := time.Now()
+		h.start(historyStep, func() Snapshot {
+			n := calls.Add(1)
+			if n == 1 {
+				first = time.Since(start)
+			}
+			if n == stuckAt {
+				close(stuck)
+				<-release
+			}
+			return Snapshot{Policies: []bucket.PolicyStats{pol("default", uint64(n), 0)}}
+		}, func() time.Time { return t0.Add(time.Duration(calls.Load()) * time.Second) })
+		<-stuck
+		if took := time.Since(start); first != historyStep || took != stuckAt*historyStep {
+			t.Errorf("first sample after %v, sample %d after %v; want one step (%v), %d steps", first, stuckAt, took, historyStep, stuckAt)
 		}
-		return Snapshot{Policies: []bucket.PolicyStats{pol("default", uint64(n), 0)}}
-	}, func() time.Time { return t0.Add(time.Duration(calls.Load()) * time.Second) })
-	select {
-	case <-stuck:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%d samples within 10s, want %d", calls.Load(), stuckAt)
-	}
-	h.stop(10 * time.Millisecond) // the sampler is stuck: stop returns anyway
-	select {
-	case <-h.done:
-		t.Fatal("the sampler returned while its snapshot is stuck")
-	default:
-	}
-	close(release)
-	select {
-	case <-h.done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the sampler did not return once its snapshot did")
-	}
-	h.stop(time.Second) // twice is fine
-	if n := len(h.intervals()); n < stuckAt-2 {
-		t.Errorf("%d intervals after %d samples", n, stuckAt)
-	}
+		const grace = 10 * time.Millisecond
+		stopping := time.Now()
+		h.stop(grace) // the sampler is stuck: stop returns anyway
+		if took := time.Since(stopping); took != grace {
+			t.Errorf("stop returned after %v, want its grace (%v)", took, grace)
+		}
+		synctest.Wait()
+		select {
+		case <-h.done:
+			t.Fatal("the sampler returned while its snapshot is stuck")
+		default:
+		}
+		close(release)
+		<-h.done
+		h.stop(time.Second) // twice is fine
+		if n := len(h.intervals()); n != stuckAt-1 {
+			t.Errorf("%d intervals after %d samples, want %d", n, stuckAt, stuckAt-1)
+		}
+	})
 
 	// Through a real server.
 	s, err := New(Config{Addr: "127.0.0.1:0"}, newFake().sources())

@@ -63,13 +63,19 @@ func New(cfg Config, src Sources) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin: listening on %s: %w", cfg.Addr, err)
 	}
+	s.listenOn(ln, src)
+	return s, nil
+}
+
+// listenOn makes s serve ln, and starts sampling src for the charts: the
+// seam for tests that serve on an in-memory listener.
+func (s *Server) listenOn(ln net.Listener, src Sources) {
 	s.ln = ln
 	if a, ok := ln.Addr().(*net.TCPAddr); ok && a.IP.IsLoopback() {
 		s.srv.Handler = loopbackHostsOnly(s.handler)
 	}
 	warnIfExposed(s.log, ln.Addr())
 	s.hist.start(historyStep, src.Snapshot, s.now)
-	return s, nil
 }
 
 // loopbackHostsOnly refuses requests that name a host other than a

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net"
@@ -8,8 +9,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -119,13 +122,8 @@ func TestCloseTwice(t *testing.T) {
 			t.Errorf("Close %d: %v", i+1, err)
 		}
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Serve after Close: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Serve still running 10 s after Close")
+	if err := testkit.Recv(t, done, 10*time.Second, "Serve to return after Close"); err != nil {
+		t.Errorf("Serve after Close: %v", err)
 	}
 	if _, err := net.Dial("tcp", s.Addr().String()); err == nil {
 		t.Error("port still accepting after Close")
@@ -151,45 +149,53 @@ func TestCloseBeforeServe(t *testing.T) {
 	}
 }
 
-// Close cuts a connection still busy after the grace period rather than
-// waiting for it, and Serve returns.
+// TestCloseCutsStuckRequest, on fake time: Close cuts a connection still
+// busy when the grace period ends, exactly then, rather than waiting for
+// it, and Serve returns.
 func TestCloseCutsStuckRequest(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits the two-second grace period")
-	}
-	entered, release := make(chan struct{}), make(chan struct{})
-	defer close(release)
-	src := newFake().sources()
-	src.Snapshot = func() Snapshot {
-		close(entered)
-		<-release
-		return Snapshot{}
-	}
-	s, err := New(Config{Addr: "127.0.0.1:0"}, src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve() }()
-	reqErr := make(chan error, 1)
-	go func() {
-		res, err := http.Get("http://" + s.Addr().String() + "/healthz")
-		if err == nil {
-			res.Body.Close()
-			err = errors.New("got an answer")
+	synctest.Test(t, func(t *testing.T) {
+		entered, release := make(chan struct{}), make(chan struct{})
+		defer close(release)
+		src := newFake().sources()
+		src.Snapshot = func() Snapshot {
+			close(entered)
+			<-release
+			return Snapshot{}
 		}
-		reqErr <- err
-	}()
-	<-entered
-	if err := s.Close(); err != nil {
-		t.Errorf("Close: %v", err)
-	}
-	if err := <-done; err != nil {
-		t.Errorf("Serve after Close: %v", err)
-	}
-	if err := <-reqErr; err == nil {
-		t.Error("stuck request not cut")
-	}
+		s, err := newServer(Config{Addr: "127.0.0.1:0"}, src, time.Now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := testkit.NewListener()
+		s.listenOn(l, src)
+		done := make(chan error, 1)
+		go func() { done <- s.Serve() }()
+		tr := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return l.Dial() }}
+		defer tr.CloseIdleConnections()
+		reqErr := make(chan error, 1)
+		go func() {
+			res, err := (&http.Client{Transport: tr}).Get("http://127.0.0.1/healthz")
+			if err == nil {
+				res.Body.Close()
+				err = errors.New("got an answer")
+			}
+			reqErr <- err
+		}()
+		<-entered
+		closing := time.Now()
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if took := time.Since(closing); took != closeGrace {
+			t.Errorf("Close returned after %v, want the grace (%v)", took, closeGrace)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("Serve after Close: %v", err)
+		}
+		if err := <-reqErr; err == nil {
+			t.Error("stuck request not cut")
+		}
+	})
 }
 
 func TestWarnIfExposed(t *testing.T) {

@@ -2,10 +2,13 @@ package transport
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // Unicast tests bind to 127.0.0.1 only. Multicast tests run only inside a
@@ -114,22 +117,13 @@ func TestUnicastCloseWhileReceiving(t *testing.T) {
 			}
 		}
 		// Wait until the receive loop is blocked on the full channel.
-		deadline := time.Now().Add(udpWait)
-		for len(a.Packets()) < udpChanBuffer {
-			if time.Now().After(deadline) {
-				t.Fatalf("only %d datagrams received within %v", len(a.Packets()), udpWait)
-			}
-			time.Sleep(time.Millisecond) // polling with a deadline
-		}
+		testkit.WaitFor(t, udpWait, fmt.Sprintf("%d datagrams received", udpChanBuffer), func() bool {
+			return len(a.Packets()) >= udpChanBuffer
+		})
 		closed := make(chan error, 1)
 		go func() { closed <- a.Close() }()
-		select {
-		case err := <-closed:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(udpWait):
-			t.Fatal("Close hung while the receive loop waited on a full channel")
+		if err := testkit.Recv(t, closed, udpWait, "Close while the receive loop waits on a full channel"); err != nil {
+			t.Fatal(err)
 		}
 		waitClosed(t, a.Packets())
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // call is one query the fake limiter was asked.
@@ -78,6 +79,23 @@ func startServer(t testing.TB, l *fakeLimiter, cfg Config) (s *Server, grpcAddr,
 	if err != nil {
 		t.Fatal(err)
 	}
+	s = serveOn(t, l, cfg, gl, hl)
+	return s, gl.Addr().String(), hl.Addr().String()
+}
+
+// startMem is startServer on two in-memory listeners, the gRPC one and
+// the HTTP one, which the test dials: inside synctest.Test the server's
+// timeouts, and net/http's pauses, are the bubble's fake time.
+func startMem(t testing.TB, l *fakeLimiter, cfg Config) (s *Server, grpcL, httpL *testkit.Listener) {
+	t.Helper()
+	grpcL, httpL = testkit.NewListener(), testkit.NewListener()
+	return serveOn(t, l, cfg, grpcL, httpL), grpcL, httpL
+}
+
+// serveOn serves a Server for l on gl as gRPC and on hl as HTTP until
+// the test ends, then shuts it down.
+func serveOn(t testing.TB, l *fakeLimiter, cfg Config, gl, hl net.Listener) (s *Server) {
+	t.Helper()
 	cfg.Advertise = gl.Addr().String()
 	if cfg.Clock == nil {
 		cfg.Clock = func() time.Time { return t0 }
@@ -98,5 +116,5 @@ func startServer(t testing.TB, l *fakeLimiter, cfg Config) (s *Server, grpcAddr,
 			}
 		}
 	})
-	return s, gl.Addr().String(), hl.Addr().String()
+	return s
 }

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	guber "github.com/gubernator-io/gubernator/v2"
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // dial is Gubernator's own client for addr.
@@ -145,7 +148,30 @@ func TestBatchTooLarge(t *testing.T) {
 // and the body of the answer.
 func post(t *testing.T, addr, body string) (int, string) {
 	t.Helper()
-	resp, err := http.Post("http://"+addr+"/v1/GetRateLimits", "application/json", strings.NewReader(body))
+	return postWith(t, http.DefaultClient, addr, body)
+}
+
+// postMem is a client of s's HTTP listener l, an in-memory one, for
+// postWith inside synctest.Test. When the test ends, before the server's
+// shutdown, it closes its idle connections and waits until s serves
+// none: net/http's Shutdown, which the server starts and does not wait
+// for, would otherwise poll for them on a clock that no longer moves
+// once the test's function has returned.
+func postMem(t *testing.T, s *Server, l *testkit.Listener) *http.Client {
+	tr := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return l.Dial() }}
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		testkit.WaitFor(t, time.Minute, "the HTTP connections closed", func() bool { return s.Stats().Active == 0 })
+		synctest.Wait()
+	})
+	return &http.Client{Transport: tr}
+}
+
+// postWith posts body to addr's GetRateLimits with c, and returns the
+// answer's status and body.
+func postWith(t *testing.T, c *http.Client, addr, body string) (int, string) {
+	t.Helper()
+	resp, err := c.Post("http://"+addr+"/v1/GetRateLimits", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,31 +183,36 @@ func post(t *testing.T, addr, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// TestGetRateLimitsOverHTTP, on fake time: net/http waits 500 ms before
+// it closes the connection of a body it refused unread.
 func TestGetRateLimitsOverHTTP(t *testing.T) {
-	_, _, addr := startServer(t, counting(3), Config{})
-	const one = `{"requests":[{"name":"requests_per_min","unique_key":"account:1","hits":"1","limit":"3","duration":"60000","algorithm":"TOKEN_BUCKET","behavior":"BATCHING","unknown":1}]}`
-	reset := t0.UnixMilli() + 60000
-	for i, want := range []string{
-		fmt.Sprintf(`{"responses":[{"status":"UNDER_LIMIT","limit":"3","remaining":"2","reset_time":"%d","error":"","metadata":{}}]}`, reset),
-		fmt.Sprintf(`{"responses":[{"status":"UNDER_LIMIT","limit":"3","remaining":"1","reset_time":"%d","error":"","metadata":{}}]}`, reset),
-		fmt.Sprintf(`{"responses":[{"status":"UNDER_LIMIT","limit":"3","remaining":"0","reset_time":"%d","error":"","metadata":{}}]}`, reset),
-		fmt.Sprintf(`{"responses":[{"status":"OVER_LIMIT","limit":"3","remaining":"0","reset_time":"%d","error":"","metadata":{}}]}`, reset),
-	} {
-		if code, body := post(t, addr, one); code != http.StatusOK || compact(t, body) != want {
-			t.Errorf("step %d: %d %s\nwant 200 %s", i, code, body, want)
+	synctest.Test(t, func(t *testing.T) {
+		s, _, l := startMem(t, counting(3), Config{})
+		c, addr := postMem(t, s, l), l.Addr().String()
+		const one = `{"requests":[{"name":"requests_per_min","unique_key":"account:1","hits":"1","limit":"3","duration":"60000","algorithm":"TOKEN_BUCKET","behavior":"BATCHING","unknown":1}]}`
+		reset := t0.UnixMilli() + 60000
+		for i, want := range []string{
+			fmt.Sprintf(`{"responses":[{"status":"UNDER_LIMIT","limit":"3","remaining":"2","reset_time":"%d","error":"","metadata":{}}]}`, reset),
+			fmt.Sprintf(`{"responses":[{"status":"UNDER_LIMIT","limit":"3","remaining":"1","reset_time":"%d","error":"","metadata":{}}]}`, reset),
+			fmt.Sprintf(`{"responses":[{"status":"UNDER_LIMIT","limit":"3","remaining":"0","reset_time":"%d","error":"","metadata":{}}]}`, reset),
+			fmt.Sprintf(`{"responses":[{"status":"OVER_LIMIT","limit":"3","remaining":"0","reset_time":"%d","error":"","metadata":{}}]}`, reset),
+		} {
+			if code, body := postWith(t, c, addr, one); code != http.StatusOK || compact(t, body) != want {
+				t.Errorf("step %d: %d %s\nwant 200 %s", i, code, body, want)
+			}
 		}
-	}
-	// Enums as numbers, and an item's error, as Gubernator's gateway takes and gives them.
-	code, body := post(t, addr, `{"requests":[{"name":"n","unique_key":"","limit":3,"duration":1000,"algorithm":1,"behavior":32}]}`)
-	if want := `{"responses":[{"status":"UNDER_LIMIT","limit":"0","remaining":"0","reset_time":"0","error":"field 'unique_key' cannot be empty","metadata":{}}]}`; code != http.StatusOK || compact(t, body) != want {
-		t.Errorf("empty key: %d %s\nwant %s", code, body, want)
-	}
-	if code, body := post(t, addr, `{"requests":[`); code != http.StatusBadRequest || !strings.Contains(body, `"code":3`) {
-		t.Errorf("truncated JSON: %d %s, want 400 INVALID_ARGUMENT", code, body)
-	}
-	if code, body := post(t, addr, `{"requests":[{"name":"`+strings.Repeat("n", MaxMessageBytes)+`"}]}`); code != http.StatusBadRequest {
-		t.Errorf("body over 1 MiB: %d %.200s, want 400", code, body)
-	}
+		// Enums as numbers, and an item's error, as Gubernator's gateway takes and gives them.
+		code, body := postWith(t, c, addr, `{"requests":[{"name":"n","unique_key":"","limit":3,"duration":1000,"algorithm":1,"behavior":32}]}`)
+		if want := `{"responses":[{"status":"UNDER_LIMIT","limit":"0","remaining":"0","reset_time":"0","error":"field 'unique_key' cannot be empty","metadata":{}}]}`; code != http.StatusOK || compact(t, body) != want {
+			t.Errorf("empty key: %d %s\nwant %s", code, body, want)
+		}
+		if code, body := postWith(t, c, addr, `{"requests":[`); code != http.StatusBadRequest || !strings.Contains(body, `"code":3`) {
+			t.Errorf("truncated JSON: %d %s, want 400 INVALID_ARGUMENT", code, body)
+		}
+		if code, body := postWith(t, c, addr, `{"requests":[{"name":"`+strings.Repeat("n", MaxMessageBytes)+`"}]}`); code != http.StatusBadRequest {
+			t.Errorf("body over 1 MiB: %d %.200s, want 400", code, body)
+		}
+	})
 }
 
 // compact is body's JSON without white space (the gateway's marshaler
@@ -242,14 +273,11 @@ func TestMaxRequests(t *testing.T) {
 	}
 	// The slot is free again once the first has ended.
 	go func() { <-entered }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.WaitFor(t, 5*time.Second, "a request served after the first ended", func() bool {
 		_, err := c.GetRateLimits(ctx(t), req)
-		if err == nil {
-			break
-		}
-		if status.Code(err) != codes.ResourceExhausted || time.Now().After(deadline) {
+		if err != nil && status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("after the first ended: %v", err)
 		}
-	}
+		return err == nil
+	})
 }

@@ -3,92 +3,103 @@ package h2unary
 import (
 	"context"
 	"io"
-	"net"
 	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"golang.org/x/net/http2"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 )
 
 // What a client can hold, and for how long.
 
-// TestHalfSentMessage: a request whose message stops half way is
-// answered DEADLINE_EXCEEDED at RequestTimeout, not before, and freed.
+// TestHalfSentMessage, on fake time: a request whose message stops half
+// way is answered DEADLINE_EXCEEDED exactly RequestTimeout after its
+// headers, and freed.
 func TestHalfSentMessage(t *testing.T) {
-	const timeout = 100 * time.Millisecond
-	s, _, addr := startServer(t, Config{RequestTimeout: timeout}, nil)
-	c := h2test.Dial(t, addr)
-	fr := c.Framer()
-	start := time.Now()
-	must(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.HeaderBlock(echoMethod), EndHeaders: true}))
-	must(t, fr.WriteData(1, false, h2test.Message(echo(1000))[:500]))
-	answered(t, c, 1, "4")
-	if took := time.Since(start); took < timeout {
-		t.Errorf("answered after %v, before the request timeout (%v)", took, timeout)
-	}
-	if n := s.InProgress(); n != 0 {
-		t.Errorf("%d calls in progress", n)
-	}
-	c.Call(3, echoMethod, echo(1))
-	answered(t, c, 3, "0")
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 100 * time.Millisecond
+		s, _, l := startMem(t, Config{RequestTimeout: timeout})
+		c := h2test.DialMem(t, l)
+		fr := c.Framer()
+		start := time.Now()
+		must(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.HeaderBlock(echoMethod), EndHeaders: true}))
+		must(t, fr.WriteData(1, false, h2test.Message(echo(1000))[:500]))
+		answered(t, c, 1, "4")
+		if took := time.Since(start); took != timeout {
+			t.Errorf("answered after %v, want the request timeout (%v)", took, timeout)
+		}
+		if n := s.InProgress(); n != 0 {
+			t.Errorf("%d calls in progress", n)
+		}
+		c.Call(3, echoMethod, echo(1))
+		answered(t, c, 3, "0")
+	})
 }
 
-// TestStalledClient: a client whose window lets no answer through (0
-// from the start, or 10 bytes) has its connection closed RequestTimeout
-// after its calls and not before, counted stalled, with no more of the
-// answers sent than the window let through.
+// TestStalledClient, on fake time: a client whose window lets no answer
+// through (0 from the start, or 10 bytes) has its connection closed
+// exactly RequestTimeout after its calls, counted stalled, with no more
+// of the answers sent than the window let through.
 func TestStalledClient(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	for _, window := range []uint32{0, 10} {
 		t.Run("window "+strconv.Itoa(int(window)), func(t *testing.T) {
-			s, srv, addr := startServer(t, Config{RequestTimeout: timeout}, nil)
-			c := h2test.Dial(t, addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: window})
-			start := time.Now()
-			for id := uint32(1); id <= 5; id += 2 {
-				c.Call(id, echoMethod, echo(100))
-			}
-			begun, data := c.UntilClosed()
-			if took := time.Since(start); took < timeout {
-				t.Errorf("closed %v after the calls, before the timeout (%v)", took, timeout)
-			}
-			if begun != 3 || data > 3*int(window) {
-				t.Errorf("%d answers begun, %d bytes of them sent; want 3 begun, at most %d bytes", begun, data, 3*window)
-			}
-			h2test.Poll(t, "the connection to end", func() bool { return srv.Stats().Active == 0 })
-			if n, open := s.Stalled(), s.InProgress(); n != 1 || open != 0 {
-				t.Errorf("%d connections stalled, %d calls in progress; want 1 and 0", n, open)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				s, srv, l := startMem(t, Config{RequestTimeout: timeout})
+				c := h2test.DialMem(t, l, http2.Setting{ID: http2.SettingInitialWindowSize, Val: window})
+				start := time.Now()
+				for id := uint32(1); id <= 5; id += 2 {
+					c.Call(id, echoMethod, echo(100))
+				}
+				begun, data := c.UntilClosed()
+				if took := time.Since(start); took != timeout {
+					t.Errorf("closed %v after the calls, want the request timeout (%v)", took, timeout)
+				}
+				if begun != 3 || data > 3*int(window) {
+					t.Errorf("%d answers begun, %d bytes of them sent; want 3 begun, at most %d bytes", begun, data, 3*window)
+				}
+				synctest.Wait()
+				if n, open, active := s.Stalled(), s.InProgress(), srv.Stats().Active; n != 1 || open != 0 || active != 0 {
+					t.Errorf("%d connections stalled, %d calls in progress, %d connections active; want 1, 0, 0", n, open, active)
+				}
+			})
 		})
 	}
 }
 
-// TestReaderGone: a client that opens its windows but reads nothing has
-// its connection closed once a write has waited RequestTimeout; what
-// the server held is freed.
+// TestReaderGone, on fake time: a client that opens its windows but
+// reads nothing, over buffers of 4 KiB each way, has its connection
+// closed exactly RequestTimeout after the write that found them full,
+// and not a nanosecond before; what the server held is freed.
 func TestReaderGone(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	s, srv, addr := startServer(t, Config{RequestTimeout: 100 * time.Millisecond}, h2test.SmallBuffers{Listener: l})
-	nc, err := net.Dial("tcp", addr)
-	must(t, err)
-	defer nc.Close()
-	nc.(*net.TCPConn).SetReadBuffer(4 << 10)
-	c := h2test.New(t, nc, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
-	must(t, c.WindowUpdate(0, 1<<31-1-65535))
-	nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	for id := uint32(1); id < 400; id += 2 { // 200 answers of 5 KiB: more than the sockets hold
-		if err := c.Send(id, echoMethod, echo(5<<10)); err != nil {
-			break // the server closed it
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 100 * time.Millisecond
+		s, srv, l := startMem(t, Config{RequestTimeout: timeout})
+		nc, server := testkit.Pipe()
+		defer nc.Close()
+		nc.SetReadBuffer(4 << 10)
+		server.SetWriteBuffer(4 << 10)
+		must(t, l.Offer(server))
+		c := h2test.New(t, nc, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
+		must(t, c.WindowUpdate(0, 1<<31-1-65535))
+		for id := uint32(1); id < 40; id += 2 { // 20 answers of 5 KiB: more than the buffers hold
+			c.Call(id, echoMethod, echo(5<<10))
 		}
-	}
-	h2test.Poll(t, "the connection to be closed stalled", func() bool { return s.Stalled() == 1 })
-	h2test.Poll(t, "the connection to end", func() bool { return srv.Stats().Active == 0 })
-	if n := s.InProgress(); n != 0 {
-		t.Errorf("%d calls in progress", n)
-	}
+		time.Sleep(timeout - time.Nanosecond)
+		synctest.Wait()
+		if n := s.Stalled(); n != 0 || srv.Stats().Active != 1 {
+			t.Fatalf("%d connections stalled, %d active a nanosecond before the request timeout; want 0, 1", n, srv.Stats().Active)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if n, open, active := s.Stalled(), s.InProgress(), srv.Stats().Active; n != 1 || open != 0 || active != 0 {
+			t.Errorf("at the request timeout: %d connections stalled, %d calls in progress, %d connections active; want 1, 0, 0", n, open, active)
+		}
+	})
 }
 
 // TestMaxRequests: with MaxRequests in progress on the server, a call on
@@ -118,69 +129,71 @@ func TestMaxRequests(t *testing.T) {
 	answered(t, b, 3, "0")
 }
 
-// TestHandshakeTimeout: a client that connects and sends nothing, or
-// the preface without its SETTINGS, is disconnected at HandshakeTimeout,
-// not before.
+// TestHandshakeTimeout, on fake time: a client that connects and sends
+// nothing, or the preface without its SETTINGS, is disconnected exactly
+// HandshakeTimeout after it connected.
 func TestHandshakeTimeout(t *testing.T) {
-	const timeout = 50 * time.Millisecond
-	_, srv, addr := startServer(t, Config{HandshakeTimeout: timeout}, nil)
-	for _, sent := range []string{"", http2.ClientPreface} {
-		start := time.Now() // the server's time begins once it accepts
-		nc, err := net.Dial("tcp", addr)
-		must(t, err)
-		defer nc.Close()
-		nc.SetDeadline(time.Now().Add(10 * time.Second))
-		_, err = io.WriteString(nc, sent)
-		must(t, err)
-		io.Copy(io.Discard, nc) // the server's SETTINGS, then the end
-		if took := time.Since(start); took < timeout {
-			t.Errorf("having sent %q: closed after %v, before the handshake timeout (%v)", sent, took, timeout)
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 50 * time.Millisecond
+		_, srv, l := startMem(t, Config{HandshakeTimeout: timeout})
+		for _, sent := range []string{"", http2.ClientPreface} {
+			start := time.Now()
+			nc, err := l.Dial()
+			must(t, err)
+			defer nc.Close()
+			_, err = io.WriteString(nc, sent)
+			must(t, err)
+			io.Copy(io.Discard, nc) // the server's SETTINGS, then the end
+			if took := time.Since(start); took != timeout {
+				t.Errorf("having sent %q: closed after %v, want the handshake timeout (%v)", sent, took, timeout)
+			}
 		}
-	}
-	h2test.Poll(t, "the connections to end", func() bool { return srv.Stats().Active == 0 })
+		synctest.Wait()
+		if n := srv.Stats().Active; n != 0 {
+			t.Errorf("%d connections active", n)
+		}
+	})
 }
 
-// TestIdle: a connection without streams for IdleTimeout is sent GOAWAY
-// and closed; one with a stream open is not.
+// TestIdle, on fake time: a connection without streams is sent GOAWAY
+// and closed exactly IdleTimeout after it began; one with a stream open
+// is not, for a thousand times as long (within its RequestTimeout).
 func TestIdle(t *testing.T) {
-	const idle = 50 * time.Millisecond
-	_, _, addr := startServer(t, Config{IdleTimeout: idle}, nil)
-	// Before the dial: the server's idle time begins with the connection,
-	// before the handshake Dial waits for has ended.
-	start := time.Now()
-	c := h2test.Dial(t, addr)
-	for {
-		f, err := c.Next()
-		if err != nil {
-			t.Fatalf("closed without GOAWAY: %v", err)
-		}
-		if g, ok := f.(*http2.GoAwayFrame); ok {
-			if g.ErrCode != http2.ErrCodeNo || time.Since(start) < idle {
-				t.Errorf("GOAWAY %v after %v, want NO_ERROR after %v", g.ErrCode, time.Since(start), idle)
+	synctest.Test(t, func(t *testing.T) {
+		const idle = 50 * time.Millisecond
+		_, _, l := startMem(t, Config{IdleTimeout: idle, RequestTimeout: time.Hour})
+		start := time.Now()
+		c := h2test.DialMem(t, l)
+		for {
+			f, err := c.Next()
+			if err != nil {
+				t.Fatalf("closed without GOAWAY: %v", err)
 			}
-			break
+			if g, ok := f.(*http2.GoAwayFrame); ok {
+				if g.ErrCode != http2.ErrCodeNo || time.Since(start) != idle {
+					t.Errorf("GOAWAY %v after %v, want NO_ERROR after %v", g.ErrCode, time.Since(start), idle)
+				}
+				break
+			}
 		}
-	}
-	if _, err := c.Next(); err == nil {
-		t.Error("the connection goes on after GOAWAY")
-	}
+		if _, err := c.Next(); err == nil {
+			t.Error("the connection goes on after GOAWAY")
+		}
 
-	// A stream whose message is half sent holds the connection open past
-	// the idle time (a PING answered after it says so), and is answered.
-	// A server of its own, whose idle time leaves the stream time to
-	// begin after the dial on a loaded machine.
-	const longer = 500 * time.Millisecond
-	_, _, addr = startServer(t, Config{IdleTimeout: longer}, nil)
-	c = h2test.Dial(t, addr)
-	fr := c.Framer()
-	msg := h2test.Message(echo(100))
-	must(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.HeaderBlock(echoMethod), EndHeaders: true}))
-	must(t, fr.WriteData(1, false, msg[:50]))
-	time.Sleep(2 * longer)
-	data := 0
-	c.Sync(&data) // fails the test on GOAWAY's close
-	must(t, fr.WriteData(1, true, msg[50:]))
-	answered(t, c, 1, "0")
+		// A stream whose message is half sent holds the connection open
+		// past the idle time (a PING answered after it says so), and is
+		// answered.
+		c = h2test.DialMem(t, l)
+		fr := c.Framer()
+		msg := h2test.Message(echo(100))
+		must(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.HeaderBlock(echoMethod), EndHeaders: true}))
+		must(t, fr.WriteData(1, false, msg[:50]))
+		time.Sleep(1000 * idle)
+		data := 0
+		c.Sync(&data) // fails the test on GOAWAY's close
+		must(t, fr.WriteData(1, true, msg[50:]))
+		answered(t, c, 1, "0")
+	})
 }
 
 // TestStop: when the stop begins, the client is sent GOAWAY naming the

@@ -1,7 +1,6 @@
 package h2unary
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -282,42 +281,24 @@ func TestPipelined(t *testing.T) {
 	must(t, err)
 	defer nc.Close()
 	nc.SetDeadline(time.Now().Add(10 * time.Second))
-	bc := &batchConn{Conn: nc}
-	c := h2test.New(t, bc)
+	c := h2test.New(t, nc)
 	c.Call(1, echoMethod, echo(1))
 	answered(t, c, 1, "0")
 	data := 0
 	c.Sync(&data) // the handshake's frames are all written
 	before := cl.writes.Load()
 	const calls = 50
-	bc.hold = true
-	for i := range calls {
-		c.Call(uint32(3+2*i), echoMethod, echo(i))
-	}
-	bc.hold = false
-	_, err = nc.Write(bc.buf.Bytes())
-	must(t, err)
+	must(t, c.Batch(func() {
+		for i := range calls {
+			c.Call(uint32(3+2*i), echoMethod, echo(i))
+		}
+	}))
 	for i := range calls {
 		answered(t, c, uint32(3+2*i), "0")
 	}
 	if n := cl.writes.Load() - before; n != 1 {
 		t.Errorf("%d calls sent in one write answered in %d writes, want 1", calls, n)
 	}
-}
-
-// batchConn holds what is written while hold is set, for the test to
-// send in one write.
-type batchConn struct {
-	net.Conn
-	hold bool
-	buf  bytes.Buffer
-}
-
-func (c *batchConn) Write(p []byte) (int, error) {
-	if c.hold {
-		return c.buf.Write(p)
-	}
-	return c.Conn.Write(p)
 }
 
 // countingListener counts the writes to the connections it accepts.

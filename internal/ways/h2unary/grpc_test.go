@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 )
 
@@ -66,7 +68,7 @@ func TestGRPCClient(t *testing.T) {
 	if err := cc.Invoke(ctx(t), echoMethod, echo(3), out, grpc.WaitForReady(true)); err != nil {
 		t.Fatal(err)
 	}
-	h2test.Poll(t, "no call in progress", func() bool { return s.InProgress() == 0 })
+	testkit.WaitFor(t, 10*time.Second, "no call in progress", func() bool { return s.InProgress() == 0 })
 }
 
 // rawMessage is a request's bytes as they are sent, through rawCodec.

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
 
@@ -72,6 +73,16 @@ func startServer(t testing.TB, cfg Config, l net.Listener) (*Server, *serve.Serv
 		}
 	})
 	return s, srv, l.Addr().String()
+}
+
+// startMem serves cfg like startServer on an in-memory listener, which
+// the test dials with h2test.DialMem: inside synctest.Test, every
+// timeout of the server is on the bubble's fake clock.
+func startMem(t testing.TB, cfg Config) (*Server, *serve.Server, *testkit.Listener) {
+	t.Helper()
+	l := testkit.NewListener()
+	s, srv, _ := startServer(t, cfg, l)
+	return s, srv, l
 }
 
 // ctx is a context that ends in 10 s, or with the test.

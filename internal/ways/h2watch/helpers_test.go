@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -33,16 +34,14 @@ func (l watched) Accept() (net.Conn, error) {
 	return l.dog.Watch(nc, l.done), nil
 }
 
-// startServer serves the echo and health services on l (127.0.0.1:0 if
-// nil), each connection watched by a Watchdog of timeout, until the test
-// ends; it returns the watchdog and the address.
-func startServer(t testing.TB, timeout time.Duration, l net.Listener) (*Watchdog, string) {
+// startServer serves the echo and health services on an in-memory
+// listener, each connection watched by a Watchdog of timeout, until the
+// test ends; it returns the watchdog and the listener. Inside
+// synctest.Test, the watchdog's timers and the server's are the bubble's
+// fake time.
+func startServer(t testing.TB, timeout time.Duration) (*Watchdog, *testkit.Listener) {
 	t.Helper()
-	if l == nil {
-		var err error
-		l, err = net.Listen("tcp", "127.0.0.1:0")
-		must(t, err)
-	}
+	l := testkit.NewListener()
 	dog := New(timeout)
 	srv := grpc.NewServer()
 	srv.RegisterService(h2test.EchoService("h2watch.test.Echo"), struct{}{})
@@ -60,7 +59,7 @@ func startServer(t testing.TB, timeout time.Duration, l net.Listener) (*Watchdog
 		srv.Stop()
 		<-served
 	})
-	return dog, l.Addr().String()
+	return dog, l
 }
 
 // echo is the echo call's message of n bytes.

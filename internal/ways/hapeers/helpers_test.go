@@ -4,23 +4,21 @@ import (
 	"bufio"
 	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
-// clock is a settable clock for the tests' servers.
-type clock struct{ ns atomic.Int64 }
+// newClock is a clock for the tests' servers, moved by hand.
+func newClock() *testkit.Clock { return testkit.NewClock(time.Unix(1_800_000_000, 0)) }
 
-func (c *clock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
-func newClock() *clock                   { c := &clock{}; c.ns.Store(time.Unix(1_800_000_000, 0).UnixNano()); return c }
-
-// newTestServer serves a Server over a table of burst 5, rate 1/s, on a
-// loopback port, following table "web" by gpc0.
-func newTestServer(t *testing.T, cfg Config) (*Server, *bucket.Table, *clock, string) {
+// newTestServer serves a Server over a table of burst 5, rate 1/s, on an
+// in-memory listener, following table "web" by gpc0; the table's clock
+// is moved by hand. Inside synctest.Test, the session's heartbeats, acks,
+// check rounds and timeouts are the bubble's fake time.
+func newTestServer(t *testing.T, cfg Config) (*Server, *bucket.Table, *testkit.Clock, *testkit.Listener) {
 	t.Helper()
 	table, err := bucket.New(bucket.Config{Default: bucket.Policy{Name: "default", Rate: 1, Burst: 5}, MaxTags: 1000, MaxTagBytes: 256})
 	if err != nil {
@@ -30,15 +28,18 @@ func newTestServer(t *testing.T, cfg Config) (*Server, *bucket.Table, *clock, st
 	if cfg.Tables == nil {
 		cfg.Tables = []string{"web"}
 	}
-	cfg.Clock = clk.now
+	cfg.Clock = clk.Now
 	s := New(table, cfg)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(l)
-	t.Cleanup(func() { s.Close() })
-	return s, table, clk, l.Addr().String()
+	l := testkit.NewListener()
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(l) }()
+	t.Cleanup(func() {
+		s.Close()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return s, table, clk, l
 }
 
 // haproxy is a fake HAProxy process: it connects, says hello, and sends
@@ -50,14 +51,21 @@ type haproxy struct {
 	buf []byte
 }
 
-// dial connects to addr and says hello as name with pid; it returns the
+// dial connects to l and says hello as name with pid; it returns the
 // status line answered.
-func dial(t *testing.T, addr, proto, to, name string, pid int) (*haproxy, string) {
+func dial(t *testing.T, l *testkit.Listener, proto, to, name string, pid int) (*haproxy, string) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	c, err := l.Dial()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return hello(t, c, proto, to, name, pid)
+}
+
+// hello says hello on c as name with pid, and returns the status line
+// answered; c is closed when the test ends.
+func hello(t *testing.T, c net.Conn, proto, to, name string, pid int) (*haproxy, string) {
+	t.Helper()
 	t.Cleanup(func() { c.Close() })
 	h := &haproxy{t: t, c: c, r: bufio.NewReader(c)}
 	h.send([]byte(proto + "\n" + to + "\n" + name + " " + itoa(pid) + " 1\n"))
@@ -70,9 +78,9 @@ func dial(t *testing.T, addr, proto, to, name string, pid int) (*haproxy, string
 }
 
 // connect dials as HAProxy "lb" with pid and expects 200.
-func connect(t *testing.T, addr string, pid int) *haproxy {
+func connect(t *testing.T, l *testkit.Listener, pid int) *haproxy {
 	t.Helper()
-	h, st := dial(t, addr, "HAProxyS 2.1", "dthrottled", "lb", pid)
+	h, st := dial(t, l, "HAProxyS 2.1", "dthrottled", "lb", pid)
 	if st != "200" {
 		t.Fatalf("hello answered %q, want 200", st)
 	}
@@ -162,16 +170,4 @@ func flagOfUpdate(t *testing.T, m Message) (string, uint64) {
 		t.Fatalf("dthrottled's update: %v", err)
 	}
 	return string(u.Key), u.Values[dtGPT0]
-}
-
-// poll waits until cond holds, failing after 5 s.
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }

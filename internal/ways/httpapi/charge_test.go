@@ -24,7 +24,7 @@ func (c *conn) post(target, body string) *http.Response {
 // bucket into debt, and the queries after it are refused until the debt
 // has refilled, with the wait in their headers.
 func TestChargeThenRefused(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := newClock()
 	tb := newTable(t, bucket.Policy{Rate: 0.5, Burst: 3})
 	s, addr := startServer(t, tb, Config{Clock: clk.Now, Charger: tb})
 	c := dial(t, addr)

@@ -6,34 +6,19 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/decide"
 )
 
 // t0 is the instant the test clock starts at.
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// clock is a test clock moved by hand.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+// newClock is a test clock at t0, moved by hand.
+func newClock() *testkit.Clock { return testkit.NewClock(t0) }
 
 // newTable is a table with the default policy def and the prefix policies.
 func newTable(t testing.TB, def bucket.Policy, policies ...bucket.Policy) *bucket.Table {
@@ -49,11 +34,27 @@ func newTable(t testing.TB, def bucket.Policy, policies ...bucket.Policy) *bucke
 // address; it is shut down when the test ends.
 func startServer(t testing.TB, d decide.Decider, cfg Config) (*Server, string) {
 	t.Helper()
-	s := New(d, cfg)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveOn(t, d, cfg, l), l.Addr().String()
+}
+
+// startMem starts a Server for d like startServer, on an in-memory
+// listener that dialMem dials: inside synctest.Test, net/http's timeouts
+// are the bubble's fake time.
+func startMem(t testing.TB, d decide.Decider, cfg Config) (*Server, *testkit.Listener) {
+	t.Helper()
+	l := testkit.NewListener()
+	return serveOn(t, d, cfg, l), l
+}
+
+// serveOn serves a Server for d on l until the test ends, then shuts it
+// down.
+func serveOn(t testing.TB, d decide.Decider, cfg Config, l net.Listener) *Server {
+	t.Helper()
+	s := New(d, cfg)
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(l) }()
 	t.Cleanup(func() {
@@ -66,7 +67,7 @@ func startServer(t testing.TB, d decide.Decider, cfg Config) (*Server, string) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return s, l.Addr().String()
+	return s
 }
 
 // conn is a raw keep-alive client connection.
@@ -76,6 +77,7 @@ type conn struct {
 	r *bufio.Reader
 }
 
+// dial connects to addr, with a deadline 10 s on.
 func dial(t testing.TB, addr string) *conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
@@ -84,6 +86,17 @@ func dial(t testing.TB, addr string) *conn {
 	}
 	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return &conn{t, c, bufio.NewReader(c)}
+}
+
+// dialMem connects to l, an in-memory listener.
+func dialMem(t testing.TB, l *testkit.Listener) *conn {
+	t.Helper()
+	c, err := l.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
 	return &conn{t, c, bufio.NewReader(c)}
 }
 

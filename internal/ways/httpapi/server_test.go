@@ -1,20 +1,20 @@
 package httpapi
 
 import (
-	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 func TestBurstThenRefused(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := newClock()
 	tb := newTable(t, bucket.Policy{Rate: 0.5, Burst: 3})
 	_, addr := startServer(t, tb, Config{Clock: clk.Now})
 	c := dial(t, addr)
@@ -38,7 +38,7 @@ func TestBurstThenRefused(t *testing.T) {
 }
 
 func TestCostAndEscapes(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := newClock()
 	tb := newTable(t, bucket.Policy{Rate: 1, Burst: 10}, bucket.Policy{Name: `api "v1"`, Prefix: "api key:", Rate: 2, Burst: 5})
 	_, addr := startServer(t, tb, Config{Clock: clk.Now})
 	c := dial(t, addr)
@@ -82,37 +82,41 @@ func TestDryRunMarked(t *testing.T) {
 	}
 }
 
+// TestBadRequests, on fake time (net/http waits 500 ms before it closes
+// a connection it answered 431).
 func TestBadRequests(t *testing.T) {
-	tb := newTable(t, bucket.Policy{Rate: 1, Burst: 10})
-	s, addr := startServer(t, tb, Config{})
-	c := dial(t, addr)
-	want(t, "no tag", c.get("/v1/allow"), 400, "X-Body", "missing tag parameter\n")
-	want(t, "two tags", c.get("/v1/allow?tag=a&tag=b"), 400, "X-Body", "tag given twice\n")
-	want(t, "bad escape", c.get("/v1/allow?tag=a%2"), 400, "X-Body", "bad percent-encoding\n")
-	want(t, "cost 0", c.get("/v1/allow?tag=a&cost=0"), 400)
-	want(t, "cost big", c.get("/v1/allow?tag=a&cost=1000001"), 400)
-	want(t, "cost text", c.get("/v1/allow?tag=a&cost=x"), 400)
-	want(t, "other path", c.get("/metrics"), 404)
-	c.send("POST /v1/allow?tag=a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
-	want(t, "post", c.read("POST"), 405, "Allow", "GET, HEAD")
-	want(t, "long uri", c.get("/v1/allow?tag="+strings.Repeat("a", maxURI)), 414)
-	c.send("HEAD /v1/allow?tag=a HTTP/1.1\r\nHost: x\r\n\r\n")
-	want(t, "head", c.read("HEAD"), 200, "X-Body", "", "Content-Length", "3")
-	want(t, "still in step", c.get("/v1/allow?tag=a"), 200, "RateLimit", `"default";r=8;t=2`)
-	if st := s.Stats(); st.Bad != 9 {
-		t.Errorf("counted %d bad requests, want 9", st.Bad)
-	}
-	// A head over the limit: 431, and the connection is closed.
-	c.send("GET /v1/allow?tag=a HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("b", 2*maxHeaderBytes) + "\r\n\r\n")
-	resp, err := http.ReadResponse(c.r, &http.Request{Method: "GET"})
-	if err != nil || resp.StatusCode != 431 || !resp.Close {
-		t.Fatalf("a big head: %v, %v: want 431 and the connection closed", resp, err)
-	}
-	if _, err := io.Copy(io.Discard, c.r); err != nil && !errors.Is(err, syscall.ECONNRESET) {
-		t.Errorf("after 431: %v, want the connection closed", err)
-	}
-	// Nothing else disturbed.
-	want(t, "a new connection", dial(t, addr).get("/v1/allow?tag=a"), 200)
+	synctest.Test(t, func(t *testing.T) {
+		tb := newTable(t, bucket.Policy{Rate: 1, Burst: 10})
+		s, l := startMem(t, tb, Config{})
+		c := dialMem(t, l)
+		want(t, "no tag", c.get("/v1/allow"), 400, "X-Body", "missing tag parameter\n")
+		want(t, "two tags", c.get("/v1/allow?tag=a&tag=b"), 400, "X-Body", "tag given twice\n")
+		want(t, "bad escape", c.get("/v1/allow?tag=a%2"), 400, "X-Body", "bad percent-encoding\n")
+		want(t, "cost 0", c.get("/v1/allow?tag=a&cost=0"), 400)
+		want(t, "cost big", c.get("/v1/allow?tag=a&cost=1000001"), 400)
+		want(t, "cost text", c.get("/v1/allow?tag=a&cost=x"), 400)
+		want(t, "other path", c.get("/metrics"), 404)
+		c.send("POST /v1/allow?tag=a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+		want(t, "post", c.read("POST"), 405, "Allow", "GET, HEAD")
+		want(t, "long uri", c.get("/v1/allow?tag="+strings.Repeat("a", maxURI)), 414)
+		c.send("HEAD /v1/allow?tag=a HTTP/1.1\r\nHost: x\r\n\r\n")
+		want(t, "head", c.read("HEAD"), 200, "X-Body", "", "Content-Length", "3")
+		want(t, "still in step", c.get("/v1/allow?tag=a"), 200, "RateLimit", `"default";r=8;t=2`)
+		if st := s.Stats(); st.Bad != 9 {
+			t.Errorf("counted %d bad requests, want 9", st.Bad)
+		}
+		// A head over the limit: 431, and the connection is closed.
+		c.send("GET /v1/allow?tag=a HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("b", 2*maxHeaderBytes) + "\r\n\r\n")
+		resp, err := http.ReadResponse(c.r, &http.Request{Method: "GET"})
+		if err != nil || resp.StatusCode != 431 || !resp.Close {
+			t.Fatalf("a big head: %v, %v: want 431 and the connection closed", resp, err)
+		}
+		if _, err := io.Copy(io.Discard, c.r); err != nil {
+			t.Errorf("after 431: %v, want the connection closed", err)
+		}
+		// Nothing else disturbed.
+		want(t, "a new connection", dialMem(t, l).get("/v1/allow?tag=a"), 200)
+	})
 }
 
 func TestPipelinedKeepAlive(t *testing.T) {
@@ -146,41 +150,73 @@ func TestMaxConns(t *testing.T) {
 	want(t, "first still served", first.get("/v1/allow?tag=a"), 200)
 	first.c.Close()
 	// Its place comes back once the server sees it closed.
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Stats().Active != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the closed connection still counts as active")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitFor(t, 5*time.Second, "the closed connection no longer active", func() bool { return s.Stats().Active == 0 })
 	want(t, "third", dial(t, addr).get("/v1/allow?tag=a"), 200)
 	if st := s.Stats(); st.Rejected != 1 || st.Accepted != 2 {
 		t.Errorf("stats %+v: want 1 rejected, 2 accepted", st)
 	}
 }
 
+// TestSlowClientClosed, on fake time: a request head that never ends is
+// closed exactly ReadHeaderTimeout after the connection began, and a
+// connection with no request exactly IdleTimeout after its last answer;
+// the others are served.
 func TestSlowClientClosed(t *testing.T) {
-	tb := newTable(t, bucket.Policy{Rate: 1, Burst: 10})
-	_, addr := startServer(t, tb, Config{ReadHeaderTimeout: 100 * time.Millisecond, IdleTimeout: 100 * time.Millisecond})
-	slow := dial(t, addr)
-	slow.send("GET /v1/allow?tag=a HTTP/1.1\r\nHost:")
-	start := time.Now()
-	if _, err := slow.r.ReadByte(); err == nil {
-		t.Error("a request head that never ends got an answer")
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("closed after %v", d)
-	}
-	want(t, "others served", dial(t, addr).get("/v1/allow?tag=c"), 200)
+	synctest.Test(t, func(t *testing.T) {
+		const head, idle = 100 * time.Millisecond, 300 * time.Millisecond
+		tb := newTable(t, bucket.Policy{Rate: 1, Burst: 10})
+		_, l := startMem(t, tb, Config{ReadHeaderTimeout: head, IdleTimeout: idle})
+		start := time.Now()
+		slow := dialMem(t, l)
+		slow.send("GET /v1/allow?tag=a HTTP/1.1\r\nHost:")
+		if _, err := slow.r.ReadByte(); err == nil {
+			t.Error("a request head that never ends got an answer")
+		}
+		if took := time.Since(start); took != head {
+			t.Errorf("a head that never ends: closed after %v, want the read header timeout (%v)", took, head)
+		}
+		want(t, "others served", dialMem(t, l).get("/v1/allow?tag=c"), 200)
 
-	// The idle time, on a server of its own: there the first request's
-	// head need not come within 100 ms of the dial on a loaded machine.
-	_, addr = startServer(t, tb, Config{IdleTimeout: 100 * time.Millisecond})
-	idle := dial(t, addr)
-	want(t, "before idling", idle.get("/v1/allow?tag=b"), 200)
-	if _, err := idle.r.ReadByte(); err != io.EOF {
-		t.Errorf("an idle connection: read %v, want EOF", err)
-	}
+		c := dialMem(t, l)
+		want(t, "before idling", c.get("/v1/allow?tag=b"), 200)
+		start = time.Now()
+		if _, err := c.r.ReadByte(); err != io.EOF {
+			t.Errorf("an idle connection: read %v, want EOF", err)
+		}
+		if took := time.Since(start); took != idle {
+			t.Errorf("an idle connection: closed after %v, want the idle timeout (%v)", took, idle)
+		}
+	})
+}
+
+// TestSlowReaderClosed, on fake time: a client that sends requests and
+// reads no answer, over 1 KiB buffers each way, has its connection
+// closed exactly WriteTimeout after the request whose answer found the
+// buffers full, and not a nanosecond before.
+func TestSlowReaderClosed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 200 * time.Millisecond
+		tb := newTable(t, bucket.Policy{Rate: 1, Burst: 10})
+		s, l := startMem(t, tb, Config{WriteTimeout: timeout})
+		c, server := testkit.Pipe()
+		defer c.Close()
+		c.SetReadBuffer(1 << 10)
+		server.SetWriteBuffer(1 << 10)
+		if err := l.Offer(server); err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte(strings.Repeat("GET /v1/allow?tag=a HTTP/1.1\r\nHost: x\r\n\r\n", 100)))
+		time.Sleep(timeout - time.Nanosecond)
+		synctest.Wait()
+		if n := s.Stats().Active; n != 1 {
+			t.Fatalf("%d connections served a nanosecond before the write timeout, want 1", n)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if n := s.Stats().Active; n != 0 {
+			t.Errorf("%d connections served at the write timeout, want 0", n)
+		}
+	})
 }
 
 func TestShutdownStopsServing(t *testing.T) {
@@ -221,18 +257,14 @@ func TestShutdownAnswersRequestInFlight(t *testing.T) {
 	<-d.entered
 	shut := make(chan error, 1)
 	go func() { shut <- s.Shutdown(t.Context()) }()
-	waitClosed := time.Now().Add(5 * time.Second)
-	for {
+	testkit.WaitFor(t, 5*time.Second, "no longer accepting after Shutdown began", func() bool {
 		nc, err := net.Dial("tcp", addr)
 		if err != nil {
-			break
+			return true
 		}
 		nc.Close()
-		if time.Now().After(waitClosed) {
-			t.Fatal("still accepting after Shutdown began")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return false
+	})
 	select {
 	case err := <-shut:
 		t.Fatalf("Shutdown returned %v while a request was being decided", err)

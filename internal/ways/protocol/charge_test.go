@@ -15,6 +15,7 @@ import (
 	"time"
 
 	mt "github.com/dthrottle/dthrottle/internal/metric/metrictest"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/decide"
 	"github.com/dthrottle/dthrottle/internal/ways/serve"
 )
@@ -234,7 +235,7 @@ func TestChargeServer(t *testing.T) {
 			if got, want := fmt.Sprint(ch.seen()), "[10 a 3 b 0 c 1 d]"; got != want {
 				t.Errorf("charged %s, want %s", got, want)
 			}
-			waitFor(t, "the connection to end", func() bool { return s.Stats().Active == 0 })
+			testkit.WaitFor(t, ioTimeout, "the connection to end", func() bool { return s.Stats().Active == 0 })
 			if st := s.Stats(); st.Charged != 4 || st.Bad != 2 || st.Accepted != 1 {
 				t.Errorf("stats %+v: want 4 charged, 2 bad, 1 accepted", st)
 			}

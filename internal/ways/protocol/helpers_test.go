@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/decide"
 )
 
@@ -172,13 +173,8 @@ func (ts *testServer) serve() {
 func (ts *testServer) waitServed(t testing.TB) {
 	t.Helper()
 	for range ts.listeners {
-		select {
-		case err := <-ts.served:
-			if err != nil {
-				t.Errorf("Serve returned %v, want nil", err)
-			}
-		case <-time.After(ioTimeout):
-			t.Fatalf("Serve did not return")
+		if err := testkit.Recv(t, ts.served, ioTimeout, "Serve to return"); err != nil {
+			t.Errorf("Serve returned %v, want nil", err)
 		}
 	}
 	ts.listeners = nil
@@ -195,6 +191,18 @@ func dial(t testing.TB, addr net.Addr) net.Conn {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
 	c.SetDeadline(time.Now().Add(ioTimeout))
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// dialMem connects to l, an in-memory listener; the connection is closed
+// when the test ends.
+func dialMem(t testing.TB, l *testkit.Listener) *testkit.Conn {
+	t.Helper()
+	c, err := l.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -256,18 +264,6 @@ func lines(tags ...string) []byte {
 		b.WriteByte('\n')
 	}
 	return b.Bytes()
-}
-
-// waitFor polls cond until it holds, failing the test after ioTimeout.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(ioTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // shutdown calls Shutdown with ioTimeout.

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/dthrottle/dthrottle/internal/logtest"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 var networks = []string{"unix", "tcp"}
@@ -262,7 +263,7 @@ func TestMaxConns(t *testing.T) {
 			}
 
 			a.Close()
-			waitFor(t, "a slot to be freed", func() bool { return ts.Stats().Active == 1 })
+			testkit.WaitFor(t, ioTimeout, "a slot to be freed", func() bool { return ts.Stats().Active == 1 })
 			c := dial(t, ts.addr(0))
 			if got := query(t, c, "cc"); got != replyOK {
 				t.Errorf("new connection after a slot freed: %q, want OK", got)

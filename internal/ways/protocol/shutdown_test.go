@@ -6,6 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // TestShutdown checks that Shutdown lets a connection answer every line it
@@ -57,42 +61,46 @@ func TestShutdown(t *testing.T) {
 	}
 }
 
-// TestCloseClientNotReading checks that Close returns although a client
-// floods requests without reading a reply, so that the server's Write
-// blocks.
+// TestCloseClientNotReading, on fake time: Close returns although a
+// client floods requests without reading a reply, so that the server's
+// Write blocks on 4 KiB buffers: exactly Close's grace of 100 ms after it
+// began, the connection cut off.
 func TestCloseClientNotReading(t *testing.T) {
-	for _, network := range networks {
-		t.Run(network, func(t *testing.T) {
-			ts := NewServer(newCountDecider(), Config{})
-			l := &writeTracker{Listener: listen(t, network)}
-			served := make(chan error, 1)
-			go func() { served <- ts.Serve(l) }()
+	synctest.Test(t, func(t *testing.T) {
+		ts := NewServer(newCountDecider(), Config{})
+		ml := testkit.NewListener()
+		l := &writeTracker{Listener: ml}
+		served := make(chan error, 1)
+		go func() { served <- ts.Serve(l) }()
 
-			c := dial(t, l.Addr())
-			// Small socket buffers, so that the server's writes block soon.
-			if err := c.(interface{ SetReadBuffer(int) error }).SetReadBuffer(4096); err != nil {
-				t.Fatal(err)
-			}
-			flood := bytes.Repeat([]byte("flood\n"), 1<<20) // 6 MiB in, 3 MiB of replies
-			wrote := writeAsync(c, flood)
-			waitFor(t, "the server to block writing replies", func() bool { return l.writing.Load() > 0 })
-			if err := ts.Close(); err != nil {
-				t.Errorf("Close: %v", err)
-			}
-			if err := <-served; err != nil {
-				t.Errorf("Serve returned %v, want nil", err)
-			}
-			if n := ts.Stats().Active; n != 0 {
-				t.Errorf("%d connections active after Close", n)
-			}
-			c.Close()
-			<-wrote
-		})
-	}
+		c := dialMem(t, ml)
+		c.SetReadBuffer(4096)
+		flood := bytes.Repeat([]byte("flood\n"), 1<<20) // 6 MiB in, 3 MiB of replies
+		wrote := writeAsync(c, flood)
+		synctest.Wait()
+		if l.writing.Load() == 0 {
+			t.Fatal("the server does not block writing replies")
+		}
+		closing := time.Now()
+		if err := ts.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if took := time.Since(closing); took != 100*time.Millisecond {
+			t.Errorf("Close returned after %v, want its grace (100ms)", took)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("Serve returned %v, want nil", err)
+		}
+		if n := ts.Stats().Active; n != 0 {
+			t.Errorf("%d connections active after Close", n)
+		}
+		c.Close()
+		<-wrote
+	})
 }
 
-// writeTracker is a listener whose connections have small send buffers and
-// count the Writes in progress.
+// writeTracker is a listener whose connections have small send buffers
+// (4 KiB) and count the Writes in progress.
 type writeTracker struct {
 	net.Listener
 	writing atomic.Int32

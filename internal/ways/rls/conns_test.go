@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 )
 
@@ -127,25 +129,43 @@ func (c *client) ask2(req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
 	return r
 }
 
-// TestSlowRequest: a request whose message does not arrive within
-// RequestTimeout of its headers is answered DEADLINE_EXCEEDED, and the
-// connection goes on serving.
+// TestSlowRequest, on fake time: a request whose message does not arrive
+// is answered DEADLINE_EXCEEDED exactly RequestTimeout after its
+// headers, and the connection goes on serving.
 func TestSlowRequest(t *testing.T) {
-	_, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{RequestTimeout: 100 * time.Millisecond})
-	cc := h2test.GRPC(t, addr)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	// Headers sent, the message never.
-	st, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName)
-	if err != nil {
-		t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 100 * time.Millisecond
+		_, l := startMem(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{RequestTimeout: timeout})
+		cc := h2test.GRPCMem(t, l)
+		c := &client{t: t, rl: rlsv3.NewRateLimitServiceClient(cc)}
+		c.ask("api", desc("k=v")) // connected
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		// Headers sent, the message never.
+		start := time.Now()
+		st, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = st.RecvMsg(new(rlsv3.RateLimitResponse))
+		wantCode(t, err, codes.DeadlineExceeded, "a request with no message")
+		if took := time.Since(start); took != timeout {
+			t.Errorf("answered after %v, want the request timeout (%v)", took, timeout)
+		}
+		if r := c.ask("api", desc("k=v")); codesOf(r) != "OK: OK" {
+			t.Fatalf("after the slow request: %s", codesOf(r))
+		}
+	})
+}
+
+// closedAfter reads c until the server closes it and returns how long
+// that took from start.
+func closedAfter(t *testing.T, c net.Conn, start time.Time, what string) time.Duration {
+	t.Helper()
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		t.Fatalf("%s: %v, want the connection closed", what, err)
 	}
-	err = st.RecvMsg(new(rlsv3.RateLimitResponse))
-	wantCode(t, err, codes.DeadlineExceeded, "a request with no message")
-	c := &client{t: t, rl: rlsv3.NewRateLimitServiceClient(cc)}
-	if r := c.ask("api", desc("k=v")); codesOf(r) != "OK: OK" {
-		t.Fatalf("after the slow request: %s", codesOf(r))
-	}
+	return time.Since(start)
 }
 
 // readUntilClosed reads c until the server closes it, failing the test
@@ -158,87 +178,118 @@ func readUntilClosed(t *testing.T, c net.Conn, what string) {
 	}
 }
 
-// TestHandshakeTimeout: a connection that sends nothing is closed after
-// HandshakeTimeout.
+// freed fails the test unless, once the bubble is idle, no connection
+// is served.
+func freed(t *testing.T, s *Server) {
+	t.Helper()
+	synctest.Wait()
+	if n := s.Stats().Active; n != 0 {
+		t.Errorf("%d connections still served", n)
+	}
+}
+
+// TestHandshakeTimeout, on fake time: a connection that sends nothing is
+// closed exactly HandshakeTimeout after it was made.
 func TestHandshakeTimeout(t *testing.T) {
-	s, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{HandshakeTimeout: 100 * time.Millisecond})
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	readUntilClosed(t, c, "a silent connection")
-	h2test.Poll(t, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 100 * time.Millisecond
+		s, l := startMem(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{HandshakeTimeout: timeout})
+		start := time.Now()
+		c, err := l.Dial()
+		must(t, err)
+		defer c.Close()
+		if took := closedAfter(t, c, start, "a silent connection"); took != timeout {
+			t.Errorf("closed after %v, want the handshake timeout (%v)", took, timeout)
+		}
+		freed(t, s)
+	})
 }
 
-// TestAbandonedConnection: a connection that completed the handshake and
-// then answers nothing, not even the server's keepalive ping, is closed
-// after KeepaliveTime and KeepaliveTimeout.
+// TestAbandonedConnection, on fake time: a connection that completed the
+// handshake and then answers nothing, not even the server's keepalive
+// ping, is closed exactly KeepaliveTime and KeepaliveTimeout after it
+// went silent.
 func TestAbandonedConnection(t *testing.T) {
-	s, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}),
-		Config{KeepaliveTime: time.Second, KeepaliveTimeout: 100 * time.Millisecond})
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.Write([]byte(http2.ClientPreface))
-	if err := http2.NewFramer(c, nil).WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
-	readUntilClosed(t, c, "an abandoned connection")
-	h2test.Poll(t, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
+	synctest.Test(t, func(t *testing.T) {
+		const every, wait = time.Second, 100 * time.Millisecond
+		s, l := startMem(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{KeepaliveTime: every, KeepaliveTimeout: wait})
+		c, err := l.Dial()
+		must(t, err)
+		defer c.Close()
+		start := time.Now()
+		c.Write([]byte(http2.ClientPreface))
+		must(t, http2.NewFramer(c, nil).WriteSettings())
+		if took := closedAfter(t, c, start, "an abandoned connection"); took != every+wait {
+			t.Errorf("closed after %v, want KeepaliveTime + KeepaliveTimeout (%v)", took, every+wait)
+		}
+		freed(t, s)
+	})
 }
 
-// TestPingFlood: a client pinging more often than every 10 s is sent
-// GOAWAY (ENHANCE_YOUR_CALM) and its connection closed.
+// TestPingFlood, on fake time: a client pinging more often than every
+// 10 s is sent GOAWAY (ENHANCE_YOUR_CALM) at once, and its connection
+// closed within a second (grpc-go's grace for the GOAWAY).
 func TestPingFlood(t *testing.T) {
-	s, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{})
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	c.Write([]byte(http2.ClientPreface))
-	fr := http2.NewFramer(c, c)
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 5 {
-		if err := fr.WritePing(false, [8]byte{byte(i)}); err != nil {
-			break // closed already
-		}
-	}
-	for {
-		f, err := fr.ReadFrame()
-		if err != nil {
-			t.Fatalf("no GOAWAY before %v", err)
-		}
-		if g, ok := f.(*http2.GoAwayFrame); ok {
-			if g.ErrCode != http2.ErrCodeEnhanceYourCalm {
-				t.Errorf("GOAWAY %v, want ENHANCE_YOUR_CALM", g.ErrCode)
+	synctest.Test(t, func(t *testing.T) {
+		s, l := startMem(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{})
+		c, err := l.Dial()
+		must(t, err)
+		defer c.Close()
+		start := time.Now()
+		c.Write([]byte(http2.ClientPreface))
+		fr := http2.NewFramer(c, c)
+		must(t, fr.WriteSettings())
+		for i := range 5 {
+			if err := fr.WritePing(false, [8]byte{byte(i)}); err != nil {
+				break // closed already
 			}
-			break
 		}
-	}
-	readUntilClosed(t, c, "a connection flooding pings")
-	h2test.Poll(t, "the connection to be freed", func() bool { return s.Stats().Active == 0 })
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("no GOAWAY before %v", err)
+			}
+			if g, ok := f.(*http2.GoAwayFrame); ok {
+				if g.ErrCode != http2.ErrCodeEnhanceYourCalm {
+					t.Errorf("GOAWAY %v, want ENHANCE_YOUR_CALM", g.ErrCode)
+				}
+				break
+			}
+		}
+		if took := time.Since(start); took != 0 {
+			t.Errorf("GOAWAY after %v of fake time, want at once", took)
+		}
+		if took := closedAfter(t, c, start, "a connection flooding pings"); took > time.Second {
+			t.Errorf("closed after %v, want within 1s", took)
+		}
+		freed(t, s)
+	})
 }
 
-// TestIdleTimeout: a connection with no request for IdleTimeout is sent
-// GOAWAY and closed; the client's next request opens another.
+// TestIdleTimeout, on fake time: a connection with no request for
+// IdleTimeout is sent GOAWAY and closed, then and not a nanosecond
+// before; the client's next request opens another.
 func TestIdleTimeout(t *testing.T) {
-	// The idle time runs from the connection: long enough for the first
-	// ask to be made on it on a loaded machine.
-	s, addr := startServer(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{IdleTimeout: 500 * time.Millisecond})
-	c := dial(t, addr)
-	c.ask("api", desc("k=v"))
-	h2test.Poll(t, "the idle connection to be closed", func() bool { return s.Stats().Active == 0 })
-	c.ask("api", desc("k=v"))
-	if st := s.Stats(); st.Accepted != 2 {
-		t.Errorf("accepted %d connections, want 2", st.Accepted)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const idle = 500 * time.Millisecond
+		s, l := startMem(t, newTable(t, bucket.Policy{Rate: 1, Burst: 5}), Config{IdleTimeout: idle})
+		c := &client{t: t, rl: rlsv3.NewRateLimitServiceClient(h2test.GRPCMem(t, l))}
+		c.ask("api", desc("k=v"))
+		time.Sleep(idle - time.Nanosecond)
+		synctest.Wait()
+		if n := s.Stats().Active; n != 1 {
+			t.Fatalf("%d connections served a nanosecond before the idle timeout, want 1", n)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if n := s.Stats().Active; n != 0 {
+			t.Fatalf("%d connections served at the idle timeout, want 0", n)
+		}
+		c.ask("api", desc("k=v"))
+		if st := s.Stats(); st.Accepted != 2 {
+			t.Errorf("accepted %d connections, want 2", st.Accepted)
+		}
+	})
 }
 
 // TestMaxConns: a connection over MaxConns is closed at once; the ones
@@ -340,7 +391,7 @@ func TestShutdownAnswersInFlight(t *testing.T) {
 		defer cancel()
 		stopped <- s.Shutdown(ctx)
 	}()
-	h2test.Poll(t, "the listener to close", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the listener to close", func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/h2watch/h2test"
 )
 
@@ -26,25 +26,8 @@ var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 // dthrottled gives its rls.charge_key.
 const DefaultChargeKey = "dthrottle_charge"
 
-// clock is a test clock moved by hand.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: t0} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+// newClock is a test clock at t0, moved by hand.
+func newClock() *testkit.Clock { return testkit.NewClock(t0) }
 
 // newTable is a table with the default policy def and the prefix policies.
 func newTable(t testing.TB, def bucket.Policy, policies ...bucket.Policy) *bucket.Table {
@@ -67,6 +50,17 @@ func startServer(t testing.TB, tb Table, cfg Config) (*Server, string) {
 	}
 	serveOn(t, s, l)
 	return s, l.Addr().String()
+}
+
+// startMem starts a Server for tb like startServer, on an in-memory
+// listener that h2test.DialMem and h2test.GRPCMem dial: inside
+// synctest.Test, its timeouts are the bubble's fake time.
+func startMem(t testing.TB, tb Table, cfg Config) (*Server, *testkit.Listener) {
+	t.Helper()
+	s := New(tb, cfg)
+	l := testkit.NewListener()
+	serveOn(t, s, l)
+	return s, l
 }
 
 // serveOn serves s on l until the test ends, then shuts it down.

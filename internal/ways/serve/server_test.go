@@ -11,9 +11,11 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/logtest"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // ioTimeout bounds every client read and write in tests, so that a bug
@@ -65,18 +67,6 @@ func start(t *testing.T, s *Server, l net.Listener) {
 	})
 }
 
-// waitFor polls cond until it holds, failing the test after ioTimeout.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(ioTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func TestServeAndStats(t *testing.T) {
 	s := New(HandlerFunc(echo), Config{Name: "test"})
 	l := listen(t)
@@ -95,7 +85,7 @@ func TestServeAndStats(t *testing.T) {
 		t.Errorf("Stats() = %+v, want 2 accepted, 2 active", st)
 	}
 	a.Close()
-	waitFor(t, "a closed connection to free its place", func() bool { return s.Stats().Active == 1 })
+	testkit.WaitFor(t, ioTimeout, "a closed connection to free its place", func() bool { return s.Stats().Active == 1 })
 }
 
 // TestBusy holds the only place: the next connection reads the busy
@@ -143,34 +133,6 @@ func TestNoBusyAnswer(t *testing.T) {
 	}
 }
 
-// pipeListener accepts the server ends of the pipes pushed to it.
-type pipeListener struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
-func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "pipe" }
-
 // stuckConn is a connection whose Write reports itself and then waits for
 // release, whatever its deadline; closing it is reported too.
 type stuckConn struct {
@@ -196,26 +158,29 @@ func (c *stuckConn) Close() error {
 func TestBusyAnswersInFlight(t *testing.T) {
 	const over = maxRefusing + 6
 	s := New(HandlerFunc(echo), Config{MaxConns: 1, Busy: []byte("busy")})
-	l := newPipeListener()
+	l := testkit.NewListener()
 	start(t, s, l)
-	held, _ := net.Pipe()
-	l.conns <- held
-	waitFor(t, "the first connection served", func() bool { return s.Stats().Active == 1 })
+	if _, err := l.Dial(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, ioTimeout, "the first connection served", func() bool { return s.Stats().Active == 1 })
 
 	wrote, closed := make(chan struct{}, over), make(chan struct{}, over)
 	release := make(chan struct{})
 	for range over {
-		c, _ := net.Pipe()
-		l.conns <- &stuckConn{Conn: c, wrote: wrote, closed: closed, release: release}
+		c, _ := testkit.Pipe()
+		if err := l.Offer(&stuckConn{Conn: c, wrote: wrote, closed: closed, release: release}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	waitFor(t, "every connection over the limit answered or closed", func() bool {
+	testkit.WaitFor(t, ioTimeout, "every connection over the limit answered or closed", func() bool {
 		return len(wrote)+len(closed) == over
 	})
 	if len(wrote) != maxRefusing || len(closed) != over-maxRefusing {
 		t.Errorf("%d answered and %d closed unanswered, want %d and %d", len(wrote), len(closed), maxRefusing, over-maxRefusing)
 	}
 	close(release)
-	waitFor(t, "every answer to end", func() bool { return len(closed) == over })
+	testkit.WaitFor(t, ioTimeout, "every answer to end", func() bool { return len(closed) == over })
 	if st := s.Stats(); st.Rejected != over {
 		t.Errorf("Stats() = %+v, want %d rejected", st, over)
 	}
@@ -235,7 +200,7 @@ func TestShutdownWaits(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(l) }()
 	c := dial(t, l)
-	waitFor(t, "the connection served", func() bool { return s.Stats().Active == 1 })
+	testkit.WaitFor(t, ioTimeout, "the connection served", func() bool { return s.Stats().Active == 1 })
 	if err := s.Shutdown(context.Background()); err != nil {
 		t.Errorf("Shutdown: %v", err)
 	}
@@ -263,33 +228,46 @@ func TestShutdownWaits(t *testing.T) {
 	}
 }
 
-// TestShutdownCutsOff: a handler that ignores the end of its context is
-// cut off when Shutdown's context ends: its read fails, and Shutdown
-// returns the context's error once the handler returned.
+// TestShutdownCutsOff, on fake time: a handler that ignores the end of
+// its context is cut off when Shutdown's context ends, exactly then: its
+// read fails, and Shutdown returns the context's error once the handler
+// returned.
 func TestShutdownCutsOff(t *testing.T) {
-	readErr := make(chan error, 1)
-	h := HandlerFunc(func(_ context.Context, c net.Conn) {
-		_, err := c.Read(make([]byte, 1))
-		readErr <- err
-	})
-	s := New(h, Config{})
-	l := listen(t)
-	start(t, s, l)
-	dial(t, l)
-	waitFor(t, "the connection served", func() bool { return s.Stats().Active == 1 })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Shutdown: %v, want the context's deadline", err)
-	}
-	select {
-	case err := <-readErr:
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Errorf("the handler's read: %v, want a deadline error", err)
+	synctest.Test(t, func(t *testing.T) {
+		readErr := make(chan error, 1)
+		h := HandlerFunc(func(_ context.Context, c net.Conn) {
+			_, err := c.Read(make([]byte, 1))
+			readErr <- err
+		})
+		s := New(h, Config{})
+		l := testkit.NewListener()
+		start(t, s, l)
+		if _, err := l.Dial(); err != nil {
+			t.Fatal(err)
 		}
-	default:
-		t.Error("Shutdown returned before the handler")
-	}
+		synctest.Wait()
+		if n := s.Stats().Active; n != 1 {
+			t.Fatalf("%d connections served, want 1", n)
+		}
+		const grace = 10 * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		stopping := time.Now()
+		if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Shutdown: %v, want the context's deadline", err)
+		}
+		if took := time.Since(stopping); took != grace {
+			t.Errorf("Shutdown returned after %v, want its context's %v", took, grace)
+		}
+		select {
+		case err := <-readErr:
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Errorf("the handler's read: %v, want a deadline error", err)
+			}
+		default:
+			t.Error("Shutdown returned before the handler")
+		}
+	})
 }
 
 // TestCloseQuiet: Close may be called twice and concurrently, and a
@@ -303,7 +281,7 @@ func TestCloseQuiet(t *testing.T) {
 		go func() { served <- s.Serve(l) }()
 	}
 	c := dial(t, ls[0])
-	waitFor(t, "the connection served", func() bool { return s.Stats().Active == 1 })
+	testkit.WaitFor(t, ioTimeout, "the connection served", func() bool { return s.Stats().Active == 1 })
 	var wg sync.WaitGroup
 	for range 3 {
 		wg.Go(func() {
@@ -346,48 +324,60 @@ func acceptErr(errno syscall.Errno) error {
 	return &net.OpError{Op: "accept", Net: "unix", Err: os.NewSyscallError("accept4", errno)}
 }
 
-// TestAcceptBackoff: temporary accept errors are logged with pauses that
-// double, and serving goes on; a lasting one ends Serve, naming the
-// server.
+// TestAcceptBackoff, on fake time: temporary accept errors are logged
+// with pauses that double, 5, 10 and 20 ms, and serving goes on: the
+// connection waiting is served exactly 35 ms on; a lasting error ends
+// Serve, naming the server.
 func TestAcceptBackoff(t *testing.T) {
-	logs := &logtest.Recorder{}
-	s := New(HandlerFunc(echo), Config{Name: "test", Logger: slog.New(logs)})
-	l := &flakyListener{Listener: listen(t), errs: make(chan error, 4)}
-	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ETIMEDOUT, syscall.ECONNABORTED} {
-		l.errs <- acceptErr(errno)
-	}
-	start(t, s, l)
-	c := dial(t, l)
-	c.Write([]byte("x"))
-	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
-		t.Fatalf("after accept errors: %v", err)
-	}
-	var delays []time.Duration
-	for _, r := range logs.Records() {
-		if r.Message == "test: accept failed, retrying" {
-			r.Attrs(func(a slog.Attr) bool {
-				if a.Key == "delay" {
-					delays = append(delays, a.Value.Duration())
-				}
-				return true
-			})
+	synctest.Test(t, func(t *testing.T) {
+		logs := &logtest.Recorder{}
+		s := New(HandlerFunc(echo), Config{Name: "test", Logger: slog.New(logs)})
+		ml := testkit.NewListener()
+		l := &flakyListener{Listener: ml, errs: make(chan error, 4)}
+		for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ETIMEDOUT, syscall.ECONNABORTED} {
+			l.errs <- acceptErr(errno)
 		}
-	}
-	want := []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond}
-	if len(delays) != len(want) {
-		t.Fatalf("delays %v, want %v", delays, want)
-	}
-	for i := range want {
-		if delays[i] != want[i] {
-			t.Errorf("step %d: got %v, want %v", i, delays[i], want[i])
+		start(t, s, l)
+		began := time.Now()
+		c, err := ml.Dial()
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		defer c.Close()
+		c.Write([]byte("x"))
+		if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+			t.Fatalf("after accept errors: %v", err)
+		}
+		if took := time.Since(began); took != 35*time.Millisecond {
+			t.Errorf("served after %v, want the three pauses' 35ms", took)
+		}
+		var delays []time.Duration
+		for _, r := range logs.Records() {
+			if r.Message == "test: accept failed, retrying" {
+				r.Attrs(func(a slog.Attr) bool {
+					if a.Key == "delay" {
+						delays = append(delays, a.Value.Duration())
+					}
+					return true
+				})
+			}
+		}
+		want := []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond}
+		if len(delays) != len(want) {
+			t.Fatalf("delays %v, want %v", delays, want)
+		}
+		for i := range want {
+			if delays[i] != want[i] {
+				t.Errorf("step %d: got %v, want %v", i, delays[i], want[i])
+			}
+		}
 
-	fatal := &flakyListener{Listener: listen(t), errs: make(chan error, 1)}
-	fatal.errs <- acceptErr(syscall.EINVAL)
-	if err := s.Serve(fatal); !errors.Is(err, syscall.EINVAL) || err.Error()[:5] != "test:" {
-		t.Errorf("Serve on a failing listener: %v, want EINVAL named test:", err)
-	}
+		fatal := &flakyListener{Listener: testkit.NewListener(), errs: make(chan error, 1)}
+		fatal.errs <- acceptErr(syscall.EINVAL)
+		if err := s.Serve(fatal); !errors.Is(err, syscall.EINVAL) || err.Error()[:5] != "test:" {
+			t.Errorf("Serve on a failing listener: %v, want EINVAL named test:", err)
+		}
+	})
 }
 
 func TestIsTemporary(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/bucket"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/decide"
 )
 
@@ -193,11 +194,32 @@ func startWith(t *testing.T, d decide.Decider, cfg Config) (*Server, string) {
 	if cfg.Clock == nil {
 		cfg.Clock = func() time.Time { return t0 }
 	}
-	s := New(d, cfg)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveOn(t, d, cfg, l), l.Addr().String()
+}
+
+// startMem is start on an in-memory listener, which the test dials: inside
+// synctest.Test, the agent's timeouts are the bubble's fake time.
+func startMem(t *testing.T, cfg Config) (*Server, *testkit.Listener) {
+	t.Helper()
+	table, err := bucket.New(bucket.Config{Default: bucket.Policy{Name: "default", Rate: 0.5, Burst: 3}, MaxTags: 1000, MaxTagBytes: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = func() time.Time { return t0 }
+	}
+	l := testkit.NewListener()
+	return serveOn(t, table, cfg, l), l
+}
+
+// serveOn serves a Server for d with cfg on l until the test ends.
+func serveOn(t *testing.T, d decide.Decider, cfg Config, l net.Listener) *Server {
+	t.Helper()
+	s := New(d, cfg)
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(l) }()
 	t.Cleanup(func() {
@@ -206,7 +228,7 @@ func startWith(t *testing.T, d decide.Decider, cfg Config) (*Server, string) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return s, l.Addr().String()
+	return s
 }
 
 // dial connects to addr; the connection is closed with the test.
@@ -223,7 +245,24 @@ func dial(t *testing.T, addr string) net.Conn {
 // handshake connects and completes the HELLO.
 func handshake(t *testing.T, addr string) net.Conn {
 	t.Helper()
-	c := dial(t, addr)
+	return hello(t, dial(t, addr))
+}
+
+// dialMem connects to l, an in-memory listener; the connection is closed
+// with the test.
+func dialMem(t *testing.T, l *testkit.Listener) *testkit.Conn {
+	t.Helper()
+	c, err := l.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// hello completes the HELLO on c.
+func hello(t *testing.T, c net.Conn) net.Conn {
+	t.Helper()
 	send(t, c, helloFrame())
 	if f := readFrame(t, c); f.h.typ != frameAgentHello {
 		t.Fatalf("frame type %d, want AGENT-HELLO", f.h.typ)
@@ -256,16 +295,4 @@ func (r *recorder) AllowN(_ time.Time, tag []byte, n int) bucket.Verdict {
 	r.tags = append(r.tags, string(tag))
 	r.costs = append(r.costs, n)
 	return bucket.Verdict{Allowed: true}
-}
-
-// waitFor polls cond until it holds or five seconds pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }

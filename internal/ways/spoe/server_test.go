@@ -6,7 +6,10 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 func TestHello(t *testing.T) {
@@ -216,7 +219,7 @@ func TestBadInput(t *testing.T) {
 			if f := readFrame(t, c2); f.h.typ != frameAck {
 				t.Errorf("next connection: frame type %d", f.h.typ)
 			}
-			waitFor(t, "the bad connection closed", func() bool { return s.Stats().Active == 1 })
+			testkit.WaitFor(t, 5*time.Second, "the bad connection closed", func() bool { return s.Stats().Active == 1 })
 		})
 	}
 }
@@ -244,29 +247,84 @@ func TestTooManyConnections(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 	c1.Close()
-	waitFor(t, "the slot freed", func() bool { return s.Stats().Active == 0 })
+	testkit.WaitFor(t, 5*time.Second, "the slot freed", func() bool { return s.Stats().Active == 0 })
 	handshake(t, addr)
 }
 
+// TestTimeouts, on fake time: a HELLO that does not come, a frame begun
+// and not finished, and a connection idle are each disconnected
+// (TIMEOUT) exactly their timeout after the connection, the frame's
+// first bytes or the last answer; a reader slower than WriteTimeout is
+// closed exactly WriteTimeout after the write that found its buffers
+// full, counted a write error.
 func TestTimeouts(t *testing.T) {
-	t.Run("hello", func(t *testing.T) {
-		s, addr := start(t, Config{HelloTimeout: 20 * time.Millisecond})
-		c := dial(t, addr)
-		wantDisconnect(t, c, statusTimeout)
-		if s.Stats().Timeouts != 1 {
-			t.Errorf("stats %+v", s.Stats())
+	const timeout = 20 * time.Millisecond
+	exactly := func(t *testing.T, start time.Time) {
+		t.Helper()
+		if took := time.Since(start); took != timeout {
+			t.Errorf("disconnected after %v, want the timeout (%v)", took, timeout)
 		}
+	}
+	t.Run("hello", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s, l := startMem(t, Config{HelloTimeout: timeout})
+			start := time.Now()
+			c := dialMem(t, l)
+			wantDisconnect(t, c, statusTimeout)
+			exactly(t, start)
+			if s.Stats().Timeouts != 1 {
+				t.Errorf("stats %+v", s.Stats())
+			}
+		})
 	})
 	t.Run("a frame begun", func(t *testing.T) {
-		_, addr := start(t, Config{FrameTimeout: 20 * time.Millisecond})
-		c := handshake(t, addr)
-		send(t, c, notifyFrame(1, 1, kv{"tag", str("a")})[:7])
-		wantDisconnect(t, c, statusTimeout)
+		synctest.Test(t, func(t *testing.T) {
+			_, l := startMem(t, Config{FrameTimeout: timeout})
+			c := hello(t, dialMem(t, l))
+			time.Sleep(time.Minute) // idle (within IdleTimeout) is not a frame begun
+			start := time.Now()
+			send(t, c, notifyFrame(1, 1, kv{"tag", str("a")})[:7])
+			wantDisconnect(t, c, statusTimeout)
+			exactly(t, start)
+		})
 	})
 	t.Run("idle", func(t *testing.T) {
-		_, addr := start(t, Config{IdleTimeout: 20 * time.Millisecond})
-		c := handshake(t, addr)
-		wantDisconnect(t, c, statusTimeout)
+		synctest.Test(t, func(t *testing.T) {
+			_, l := startMem(t, Config{IdleTimeout: timeout})
+			c := hello(t, dialMem(t, l))
+			start := time.Now()
+			wantDisconnect(t, c, statusTimeout)
+			exactly(t, start)
+		})
+	})
+	t.Run("a slow reader", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s, l := startMem(t, Config{WriteTimeout: timeout})
+			c, server := testkit.Pipe()
+			t.Cleanup(func() { c.Close() })
+			c.SetReadBuffer(1 << 10)
+			server.SetWriteBuffer(1 << 10)
+			if err := l.Offer(server); err != nil {
+				t.Fatal(err)
+			}
+			hello(t, c)
+			var notifies []byte
+			for i := range 100 { // 100 ACKs: more than 2 KiB
+				notifies = append(notifies, notifyFrame(uint64(i+1), 1, kv{"tag", str("a")})...)
+			}
+			start := time.Now()
+			send(t, c, notifies)
+			time.Sleep(timeout - time.Nanosecond)
+			synctest.Wait()
+			if st := s.Stats(); st.WriteErrors != 0 || st.Active != 1 {
+				t.Fatalf("a nanosecond before the write timeout: stats %+v, want no write error, 1 active", st)
+			}
+			time.Sleep(time.Nanosecond)
+			synctest.Wait()
+			if st := s.Stats(); st.WriteErrors != 1 || st.Active != 0 {
+				t.Errorf("at the write timeout, %v after the NOTIFYs: stats %+v, want 1 write error, none active", time.Since(start), st)
+			}
+		})
 	})
 }
 

@@ -1,11 +1,16 @@
-// Package h2test is an HTTP/2 client written frame by frame, for the tests
-// of the gRPC ways in, their watchdog (package h2watch) and the unary
-// server (package h2unary): it opens
-// streams with the windows a test chooses, sends a call's headers and
-// message, and reads the server's frames as they come, acknowledging its
-// SETTINGS and PINGs, so that a test can be the client that never reads.
-// A Conn is not safe for concurrent use. Beside it, what those tests all
-// need: a grpc-go client connection (GRPC) and a bounded wait (Poll).
+// Package h2test is the HTTP/2 client written frame by frame that the
+// tests of every gRPC way in share (rls, gubernator, their watchdog
+// h2watch, the unary server h2unary): over any net.Conn (Dial for TCP,
+// DialMem for testkit's in-memory listener, so that a server's timeouts
+// run on a synctest bubble's fake time), it opens streams with the
+// windows a test chooses, sends calls' headers and messages, one write
+// each or several in one (Batch), any frame a test writes (Framer), and
+// reads the server's frames as they come, acknowledging its SETTINGS and
+// PINGs, so that a test can be the client that never reads. A Conn is
+// not safe for concurrent use. Beside it, what those tests all need: a
+// grpc-go client connection (GRPC, or GRPCMem on an in-memory listener)
+// and an echo service (EchoService); their bounded wait is
+// testkit.WaitFor.
 package h2test
 
 import (
@@ -17,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/protobuf/proto"
@@ -26,6 +32,7 @@ import (
 type Conn struct {
 	t   testing.TB
 	c   net.Conn
+	out batcher // what the framer writes goes through it
 	fr  *http2.Framer
 	enc *hpack.Encoder
 	hb  bytes.Buffer
@@ -44,10 +51,25 @@ func Dial(t testing.TB, addr string, settings ...http2.Setting) *Conn {
 	return New(t, c, settings...)
 }
 
+// DialMem connects to l, an in-memory listener, and sends the preface
+// with settings; the connection is closed when the test ends. Inside
+// synctest.Test, with the server on l, the server's deadlines are fake
+// time.
+func DialMem(t testing.TB, l *testkit.Listener, settings ...http2.Setting) *Conn {
+	t.Helper()
+	c, err := l.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return New(t, c, settings...)
+}
+
 // New sends the preface with settings on c.
 func New(t testing.TB, c net.Conn, settings ...http2.Setting) *Conn {
 	t.Helper()
-	h := &Conn{t: t, c: c, fr: http2.NewFramer(c, c)}
+	h := &Conn{t: t, c: c, out: batcher{c: c}}
+	h.fr = http2.NewFramer(&h.out, c)
 	h.enc = hpack.NewEncoder(&h.hb)
 	h.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
@@ -108,6 +130,32 @@ func Message(msg proto.Message) []byte {
 		panic("h2test: " + err.Error())
 	}
 	return append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b))), b...)
+}
+
+// Batch runs send, holding back every frame it writes, and then writes
+// them to the connection in one write: calls that reach the server
+// together, as a pipelining client's do. It returns that write's error.
+func (h *Conn) Batch(send func()) error {
+	h.out.hold = true
+	send()
+	h.out.hold = false
+	_, err := h.c.Write(h.out.held.Bytes())
+	h.out.held.Reset()
+	return err
+}
+
+// batcher writes to c, or holds what is written while hold is set.
+type batcher struct {
+	c    net.Conn
+	hold bool
+	held bytes.Buffer
+}
+
+func (b *batcher) Write(p []byte) (int, error) {
+	if b.hold {
+		return b.held.Write(p)
+	}
+	return b.c.Write(p)
 }
 
 // Framer is the connection's framer, for a test to write any frame.
@@ -224,17 +272,4 @@ func (h *Conn) Sync(data *int) {
 			}
 		}
 	}
-}
-
-// SmallBuffers is a listener whose connections have a small send buffer
-// (4 KiB), so that a client that reads nothing blocks the server's
-// writes soon.
-type SmallBuffers struct{ net.Listener }
-
-func (l SmallBuffers) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		c.(*net.TCPConn).SetWriteBuffer(4 << 10)
-	}
-	return c, err
 }

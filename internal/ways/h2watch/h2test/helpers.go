@@ -2,9 +2,10 @@ package h2test
 
 import (
 	"context"
+	"net"
 	"testing"
-	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -22,16 +23,18 @@ func GRPC(t testing.TB, addr string) *grpc.ClientConn {
 	return cc
 }
 
-// Poll waits until cond holds, failing the test after 10 s.
-func Poll(t testing.TB, what string, cond func() bool) {
+// GRPCMem is a grpc-go client connection whose connections are dialled
+// on l, an in-memory listener, closed when the test ends; made inside
+// synctest.Test, its timers and the server's are fake time.
+func GRPCMem(t testing.TB, l *testkit.Listener) *grpc.ClientConn {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10s for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	cc, err := grpc.NewClient("passthrough:///"+l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return l.Dial() }))
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
 }
 
 // EchoService is a grpc-go service of the given name whose one method,
