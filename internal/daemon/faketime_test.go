@@ -13,62 +13,16 @@ import (
 
 	"github.com/dthrottle/dthrottle/internal/config"
 	"github.com/dthrottle/dthrottle/internal/gossip/transport"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // This file owns the harness of the fake-time cluster tests: whole
 // daemons in one process, inside a testing/synctest bubble, gossiping
 // over in-memory networks that deliver on the bubble's clock
 // (MemNetwork.DeliverOnTime) and answering the line protocol on
-// in-memory listeners. Every timer, ticker and time.Now of a daemon is
+// in-memory listeners (testkit.Listener). Every timer, ticker and time.Now of a daemon is
 // then the bubble's: a minute of reports takes what the code takes to
 // run, and nothing depends on how busy the machine is.
-
-// pipeListener is a net.Listener in memory: Dial hands Accept one end
-// of a net.Pipe. Both block on channels only, as a bubble needs.
-type pipeListener struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
-
-// Dial returns the client's end of a connection Accept returns the other
-// end of.
-func (l *pipeListener) Dial() (net.Conn, error) {
-	c, s := net.Pipe()
-	select {
-	case l.conns <- s:
-		return c, nil
-	case <-l.done:
-		c.Close()
-		s.Close()
-		return nil, net.ErrClosed
-	}
-}
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "pipe" }
 
 // fakeNode is one daemon of a fakeCluster, with one connection of the
 // line protocol open to it.
@@ -79,7 +33,7 @@ type fakeNode struct {
 	ev   *events
 	logs *fakeLog                // its log, at level info
 	tr   *transport.MemTransport // its gossip transport, nil without spec.net
-	l    *pipeListener
+	l    *testkit.Listener
 	conn net.Conn
 	rd   *bufio.Reader
 	stop func()
@@ -124,7 +78,7 @@ type fakeSpec struct {
 func startFake(t *testing.T, spec fakeSpec) *fakeNode {
 	t.Helper()
 	path, cfg := writeConfig(t, t.TempDir(), "", spec.text)
-	n := &fakeNode{name: spec.name, spec: spec, ev: newEvents(), logs: &fakeLog{}, l: newPipeListener()}
+	n := &fakeNode{name: spec.name, spec: spec, ev: newEvents(), logs: &fakeLog{}, l: testkit.NewListener()}
 	opts := Options{Config: cfg, Path: path, OnEvent: n.ev.hook, Version: "test", Logger: n.logs.logger(),
 		Listeners: []NamedListener{{Listener: n.l, Name: spec.name}}}
 	if spec.net != nil {

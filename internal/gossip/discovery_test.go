@@ -9,6 +9,7 @@ import (
 
 	"github.com/dthrottle/dthrottle/internal/gossip/transport"
 	"github.com/dthrottle/dthrottle/internal/netns"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // TestJoinThroughOneSeed runs four nodes over UDP inside a namespace of
@@ -78,12 +79,12 @@ func joinThroughOneSeed(t *testing.T, key []byte) {
 		}
 		return
 	}
-	waitFor(t, 40*interval, "every node to send to every other", all)
+	testkit.WaitFor(t, 40*interval, "every node to send to every other", all)
 	if got := trs[0].Found(addrs[3]); got != transport.FoundLearned {
 		t.Errorf("node 1 found node 4 %q, want learned", got)
 	}
 	stop(3)
-	waitFor(t, 4*SilentAfter(interval), "node 4 to be forgotten", func() bool {
+	testkit.WaitFor(t, 4*SilentAfter(interval), "node 4 to be forgotten", func() bool {
 		for i := range 3 {
 			if trs[i].Found(addrs[3]) != "" {
 				return false
@@ -108,18 +109,6 @@ func sentTo(tr *transport.UnicastTransport, addrs []string) []string {
 		}
 	}
 	return out
-}
-
-// waitFor polls cond until it holds, failing t after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // silenceRecorder is a Discovery that records the silence timeouts the

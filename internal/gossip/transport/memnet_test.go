@@ -8,14 +8,11 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 var memT0 = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-
-// memClock is a fake clock for a MemNetwork.
-type memClock struct{ t time.Time }
-
-func (c *memClock) now() time.Time { return c.t }
 
 // drain returns what is waiting in t's Packets channel without blocking.
 func drain(t *MemTransport) []Packet {
@@ -39,8 +36,8 @@ func payloads(ps []Packet) []string {
 }
 
 func TestMemDeliversToAllButSender(t *testing.T) {
-	clk := &memClock{memT0}
-	n := NewMemNetwork(MemConfig{Delay: 10 * time.Millisecond}, clk.now)
+	clk := testkit.NewClock(memT0)
+	n := NewMemNetwork(MemConfig{Delay: 10 * time.Millisecond}, clk.Now)
 	a, b, c := n.Join("a"), n.Join("b"), n.Join("c")
 	buf := []byte("hello")
 	if err := a.Send(buf); err != nil {
@@ -92,7 +89,7 @@ func TestMemDeliversToAllButSender(t *testing.T) {
 
 func TestMemLoss(t *testing.T) {
 	const sends, loss = 10000, 0.3
-	n := NewMemNetwork(MemConfig{Loss: loss, Seed: 1}, (&memClock{memT0}).now)
+	n := NewMemNetwork(MemConfig{Loss: loss, Seed: 1}, testkit.NewClock(memT0).Now)
 	a, b := n.Join("a"), n.Join("b")
 	for i := range sends {
 		if err := a.Send([]byte{byte(i)}); err != nil {
@@ -117,7 +114,7 @@ func TestMemLoss(t *testing.T) {
 }
 
 func TestMemDuplicate(t *testing.T) {
-	n := NewMemNetwork(MemConfig{Duplicate: 0.5, Seed: 2}, (&memClock{memT0}).now)
+	n := NewMemNetwork(MemConfig{Duplicate: 0.5, Seed: 2}, testkit.NewClock(memT0).Now)
 	a, b := n.Join("a"), n.Join("b")
 	const sends = 1000
 	for i := range sends {
@@ -145,12 +142,12 @@ func TestMemDuplicate(t *testing.T) {
 }
 
 func TestMemJitterReorders(t *testing.T) {
-	clk := &memClock{memT0}
-	n := NewMemNetwork(MemConfig{Delay: 5 * time.Millisecond, Jitter: 50 * time.Millisecond, Seed: 3}, clk.now)
+	clk := testkit.NewClock(memT0)
+	n := NewMemNetwork(MemConfig{Delay: 5 * time.Millisecond, Jitter: 50 * time.Millisecond, Seed: 3}, clk.Now)
 	a, b := n.Join("a"), n.Join("b")
 	const sends = 200
 	for i := range sends {
-		clk.t = memT0.Add(time.Duration(i) * time.Millisecond)
+		clk.Set(memT0.Add(time.Duration(i) * time.Millisecond))
 		if err := a.Send([]byte{byte(i)}); err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +188,7 @@ func TestMemJitterReorders(t *testing.T) {
 }
 
 func TestMemTiesInSendOrder(t *testing.T) {
-	n := NewMemNetwork(MemConfig{Delay: time.Millisecond}, (&memClock{memT0}).now)
+	n := NewMemNetwork(MemConfig{Delay: time.Millisecond}, testkit.NewClock(memT0).Now)
 	a, b := n.Join("a"), n.Join("b")
 	for i := range 100 {
 		a.Send([]byte{byte(i)})
@@ -205,7 +202,7 @@ func TestMemTiesInSendOrder(t *testing.T) {
 }
 
 func TestMemPartition(t *testing.T) {
-	n := NewMemNetwork(MemConfig{}, (&memClock{memT0}).now)
+	n := NewMemNetwork(MemConfig{}, testkit.NewClock(memT0).Now)
 	nodes := map[string]*MemTransport{}
 	for _, name := range []string{"a", "b", "c", "d"} {
 		nodes[name] = n.Join(name)
@@ -244,7 +241,7 @@ func TestMemPartition(t *testing.T) {
 }
 
 func TestMemOverflow(t *testing.T) {
-	n := NewMemNetwork(MemConfig{}, (&memClock{memT0}).now)
+	n := NewMemNetwork(MemConfig{}, testkit.NewClock(memT0).Now)
 	a, _ := n.Join("a"), n.Join("b")
 	for range memBuffer + 10 {
 		a.Send(nil)
@@ -258,7 +255,7 @@ func TestMemOverflow(t *testing.T) {
 }
 
 func TestMemClose(t *testing.T) {
-	n := NewMemNetwork(MemConfig{}, (&memClock{memT0}).now)
+	n := NewMemNetwork(MemConfig{}, testkit.NewClock(memT0).Now)
 	a, b := n.Join("a"), n.Join("b")
 	a.Send([]byte("in flight"))
 	if err := b.Close(); err != nil {
@@ -289,17 +286,17 @@ func TestMemClose(t *testing.T) {
 // same packets at the same times; a different seed must differ.
 func TestMemDeterministic(t *testing.T) {
 	run := func(seed int64) []string {
-		clk := &memClock{memT0}
-		n := NewMemNetwork(MemConfig{Loss: 0.2, Duplicate: 0.1, Delay: 3 * time.Millisecond, Jitter: 20 * time.Millisecond, Seed: seed}, clk.now)
+		clk := testkit.NewClock(memT0)
+		n := NewMemNetwork(MemConfig{Loss: 0.2, Duplicate: 0.1, Delay: 3 * time.Millisecond, Jitter: 20 * time.Millisecond, Seed: seed}, clk.Now)
 		ts := []*MemTransport{n.Join("a"), n.Join("b"), n.Join("c")}
 		var log []string
 		for step := range 300 {
-			clk.t = memT0.Add(time.Duration(step) * time.Millisecond)
+			clk.Set(memT0.Add(time.Duration(step) * time.Millisecond))
 			ts[step%3].Send(fmt.Appendf(nil, "%d", step))
 			if step == 150 {
 				n.SetConfig(MemConfig{Loss: 0.5, Jitter: 5 * time.Millisecond})
 			}
-			n.Deliver(clk.t)
+			n.Deliver(clk.Now())
 			for _, tr := range ts {
 				for _, p := range drain(tr) {
 					log = append(log, fmt.Sprintf("%s<-%s %s @%v", tr.Name(), p.From, p.Data, p.At.Sub(memT0)))
