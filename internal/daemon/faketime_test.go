@@ -105,12 +105,15 @@ func (n *fakeNode) ask(t testing.TB, tag string) bool {
 
 // fakeSpec says how to start one daemon of a fake cluster: its name on
 // the networks, its configuration (TOML, without [listen]), the network
-// its gossip joins, and, on a relay, the network its link joins.
+// its gossip joins, and, on a relay, the network its link joins; opts,
+// when set, changes the daemon's Options last (a logger, transports of
+// its own).
 type fakeSpec struct {
 	name string
 	text string
 	net  *transport.MemNetwork
 	link *transport.MemNetwork
+	opts func(*Options)
 }
 
 // startFake starts a daemon as spec says, inside the caller's bubble;
@@ -126,6 +129,9 @@ func startFake(t *testing.T, spec fakeSpec) *fakeNode {
 	}
 	if spec.link != nil {
 		opts.RelayLink = func(config.Relay) (transport.Transport, error) { return spec.link.Join(spec.name), nil }
+	}
+	if spec.opts != nil {
+		spec.opts(&opts)
 	}
 	d, err := New(opts)
 	if err != nil {
