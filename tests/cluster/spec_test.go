@@ -17,6 +17,8 @@ import (
 // This file plays the description's A/B timeline (docs: spec, "DThrottle's
 // Leaky Bucket") against two real dthrottled processes on the built-in
 // defaults, warm start included, started apart as real machines are.
+// internal/daemon's TestSpecTimelineOnFakeTime plays it on fake time, at
+// exact instants and levels.
 
 // specConfig is the description's policy: burst 10, rate 1, reports every
 // 5 s. Everything else is left to the defaults; the admin endpoint is
