@@ -73,7 +73,8 @@ const (
 	rollingDelay = fakeDelay
 	// restartOffGrid puts a node's start between two of the load's
 	// ticks (every 2.5 ms): its reports then never fall at the instant
-	// of a query, and each run is one exact replay.
+	// of a query, whose order against the report would be the
+	// scheduler's to pick.
 	restartOffGrid = 1250 * time.Microsecond
 )
 
