@@ -64,13 +64,15 @@ func (n *fakeNode) ask(t testing.TB, tag string) bool {
 // the networks, its configuration (TOML, without [listen]), the network
 // its gossip joins, and, on a relay, the network its link joins; wrap,
 // when set, stands between the daemon and its transport on net (to
-// filter or reorder what it receives).
+// filter or reorder what it receives); opts, when set, changes the
+// daemon's Options last (a logger, transports of its own).
 type fakeSpec struct {
 	name string
 	text string
 	net  *transport.MemNetwork
 	link *transport.MemNetwork
 	wrap func(*transport.MemTransport) transport.Transport
+	opts func(*Options)
 }
 
 // startFake starts a daemon as spec says, inside the caller's bubble;
@@ -92,6 +94,9 @@ func startFake(t *testing.T, spec fakeSpec) *fakeNode {
 	}
 	if spec.link != nil {
 		opts.RelayLink = func(config.Relay) (transport.Transport, error) { return spec.link.Join(spec.name), nil }
+	}
+	if spec.opts != nil {
+		spec.opts(&opts)
 	}
 	d, err := New(opts)
 	if err != nil {

@@ -2,8 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +12,16 @@ import (
 
 // The cluster tests run real dthrottled processes gossiping inside a user
 // and network namespace each test creates (internal/netns): nothing they
-// send reaches the host's interfaces.
+// send reaches the host's interfaces. What the daemons do between them
+// is checked on fake time in internal/daemon (cluster_fake_test.go,
+// rolling_fake_test.go, spec_fake_test.go, statefile_fake_test.go,
+// top_fake_test.go, warm_fake_test.go); this package keeps what only
+// real sockets show: the multicast and unicast transports (this file),
+// the worked example once on the defaults (spec_test.go), the multi-host
+// LAN the other real tests stand on (multihost_test.go), discovery and
+// names resolved, which are the unicast transport's on real UDP sockets
+// (discovery_test.go, resolve_test.go), and the metrics the Grafana
+// dashboard reads over HTTP.
 
 const clusterBase = `
 [listen]
@@ -114,65 +121,4 @@ func TestClusterUnicast(t *testing.T) {
 		nodes = append(nodes, startNode(t, fmt.Sprintf("interval = \"200ms\"\nbind = %q\npeers = [%s]\n", a, strings.Join(peers, ", "))))
 	}
 	checkConverged(t, nodes[1], []*harness.Daemon{nodes[0], nodes[2]}, 5*time.Second)
-}
-
-func TestClusterWrongSecret(t *testing.T) {
-	if !netns.Run(t) {
-		return
-	}
-	dir := t.TempDir()
-	secret := func(name, key string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(key+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	good, wrong := secret("good", "correct horse battery staple"), secret("wrong", "not the cluster's secret")
-	gossip := "interval = \"200ms\"\ngroup = \"239.255.77.77:7777\"\nsecret_file = %q\n[admin]\nhttp = \"127.0.0.1:0\"\n"
-	a, b := startNode(t, fmt.Sprintf(gossip, good)), startNode(t, fmt.Sprintf(gossip, good))
-	intruder := startNode(t, fmt.Sprintf(gossip, wrong))
-	checkConverged(t, a, []*harness.Daemon{b}, 5*time.Second)
-	// The intruder drops the cluster's reports and says so...
-	intruder.AwaitLog(t, "without a valid signature")
-	if !harness.Ask(t, intruder.Sock, fmt.Sprintf("check-%p-0", a)) {
-		t.Fatal("a node with the wrong secret applied the cluster's report")
-	}
-	// ...and the cluster drops the intruder's.
-	spend(t, intruder, "forged")
-	a.AwaitLog(t, "without a valid signature")
-	if !harness.Ask(t, a.Sock, "forged") || !harness.Ask(t, b.Sock, "forged") {
-		t.Fatal("the cluster applied a report signed with the wrong secret")
-	}
-	// The counters and the peers view show it.
-	fams := harness.Scrape(t, a.AdminAddr(t))
-	if got := harness.Metric(t, fams, "dthrottle_gossip_packets_dropped_total", "reason=auth"); got < 1 {
-		t.Errorf("auth drops counted on a: %v", got)
-	}
-	if got := harness.Metric(t, fams, "dthrottle_gossip_peers"); got != 1 {
-		t.Errorf("a hears %v peers, want 1 (b; not the intruder)", got)
-	}
-	code, body := harness.HTTPDo(t, "GET", "http://"+a.AdminAddr(t)+"/v1/peers")
-	if code != 200 || strings.Count(body, `"node"`) != 1 || !strings.Contains(body, `"fingerprint_match":true`) {
-		t.Errorf("/v1/peers on a: %d %s", code, body)
-	}
-}
-
-// TestClusterStopSendsLastHits: with reports an hour apart, the only
-// report a node sends is the one on SIGTERM, and it carries every hit.
-func TestClusterStopSendsLastHits(t *testing.T) {
-	if !netns.Run(t) {
-		return
-	}
-	gossip := "interval = \"1h\"\ngroup = \"239.255.77.77:7777\"\n"
-	a, b := startNode(t, gossip), startNode(t, gossip)
-	spend(t, a, "probe", "check")
-	if !harness.Ask(t, b.Sock, "other") {
-		t.Fatal("fresh tag refused")
-	}
-	a.Stop(t)
-	awaitRefused(t, b, "probe", 5*time.Second)
-	if harness.Ask(t, b.Sock, "check") {
-		t.Fatal("a stopped node's last hits did not all arrive")
-	}
 }

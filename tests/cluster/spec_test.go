@@ -17,7 +17,8 @@ import (
 // This file plays the worked example's A/B timeline (docs/protocol.md,
 // "The worked example") against two real dthrottled processes on the
 // built-in defaults, warm start included, started apart as real machines
-// are.
+// are. internal/daemon's TestSpecTimelineOnFakeTime plays it on fake
+// time, at exact instants and levels.
 
 // specConfig is the example's policy: burst 10, rate 1, reports every
 // 5 s. Everything else is left to the defaults; the admin endpoint is

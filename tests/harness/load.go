@@ -7,43 +7,23 @@ import (
 	"time"
 )
 
-// This file owns the load the cluster tests hammer a tag with
-// (tests/faults' repair_test.go, partition_test.go and segments_test.go,
-// tests/cluster's rolling_test.go): when each query was asked and what
-// came of it, when each was served, and the counts over windows that the
+// This file owns the load the fault tests (tests/faults' repair_test.go,
+// partition_test.go and segments_test.go) hammer a tag with: when each
+// query was served, and the counts over windows that the
 // bounds are checked against.
 
 // Load queries one tag on a cluster's hosts in turn, at a steady rate
 // (faultLoad a second unless told otherwise), one query in flight over a
-// connection per daemon, and records every query it asks and when each
-// was served. A host that is down is skipped at its turn (no query is
-// asked).
+// connection per daemon, and records when each query was served. A host
+// that is down is skipped at its turn (no query is asked).
 type Load struct {
 	Start, End time.Time // end: the last reply
 	dur        time.Duration
 	done       chan struct{}
 	// Written by the load's goroutine, read after done.
-	ok      map[*Daemon][]time.Time // when each OK arrived, per daemon
-	failed  int                     // queries to a running daemon that failed
-	queries []query                 // every query asked, in order: at most its rate a second
+	ok     map[*Daemon][]time.Time // when each OK arrived, per daemon
+	failed int                     // queries to a running daemon that failed
 }
-
-// query is one query the load asked: when, of which daemon, and what
-// came of it.
-type query struct {
-	at     time.Time // when it was asked, before dialling or writing
-	d      *Daemon
-	answer answer
-}
-
-// answer is what came of a query.
-type answer uint8
-
-const (
-	answerNO answer = iota
-	answerOK
-	noAnswer // the dial, the write or the read failed
-)
 
 // StartLoad hammers tag on hosts for dur, faultLoad queries a second.
 func StartLoad(hosts []*Host, tag string, dur time.Duration) *Load {
@@ -53,9 +33,6 @@ func StartLoad(hosts []*Host, tag string, dur time.Duration) *Load {
 // StartLoadAt hammers tag on hosts for dur, perSecond queries a second.
 func StartLoadAt(hosts []*Host, tag string, dur time.Duration, perSecond int) *Load {
 	l := &Load{Start: time.Now(), dur: dur, done: make(chan struct{}), ok: map[*Daemon][]time.Time{}}
-	// The ticker asks at most perSecond queries a second (it drops ticks
-	// when a query is slow), so the record stays about this size.
-	l.queries = make([]query, 0, int(dur.Seconds()*float64(perSecond))+1)
 	go func() {
 		defer close(l.done)
 		conns := map[*Daemon]net.Conn{}
@@ -77,11 +54,7 @@ func StartLoadAt(hosts []*Host, tag string, dur time.Duration, perSecond int) *L
 // query asks d for tag over its connection in conns, dialling one if
 // needed and dropping it on error.
 func (l *Load) query(conns map[*Daemon]net.Conn, d *Daemon, tag string) {
-	q := query{at: time.Now(), d: d, answer: noAnswer}
-	defer func() {
-		l.End = time.Now()
-		l.queries = append(l.queries, q)
-	}()
+	defer func() { l.End = time.Now() }()
 	c := conns[d]
 	var err error
 	if c == nil {
@@ -102,10 +75,7 @@ func (l *Load) query(conns map[*Daemon]net.Conn, d *Daemon, tag string) {
 		c.Close()
 		delete(conns, d)
 	case string(reply) == "OK\n":
-		q.answer = answerOK
 		l.ok[d] = append(l.ok[d], time.Now())
-	default:
-		q.answer = answerNO
 	}
 }
 
@@ -137,17 +107,6 @@ func (l *Load) ServedIn(from, to time.Time, ds ...*Daemon) int {
 		}
 	}
 	return n
-}
-
-// FirstAsked is when the load first asked any of ds (any daemon if none),
-// zero if it never did.
-func (l *Load) FirstAsked(ds ...*Daemon) time.Time {
-	for _, q := range l.queries {
-		if len(ds) == 0 || slices.Contains(ds, q.d) {
-			return q.at
-		}
-	}
-	return time.Time{}
 }
 
 // Served is how many queries ds (all daemons if none) served.

@@ -148,11 +148,3 @@ func (d *Daemon) LastReport(t *testing.T) time.Time {
 	s := Metric(t, Scrape(t, d.AdminAddr(t)), "dthrottle_gossip_last_report_timestamp_seconds")
 	return time.Unix(0, int64(s*1e9))
 }
-
-// AwaitReportAfter waits until the daemon has sent a report after at: the
-// hits it served before at are then known to its peers, and part of the
-// levels it answers a snapshot request with.
-func (d *Daemon) AwaitReportAfter(t *testing.T, at time.Time) {
-	t.Helper()
-	Poll(t, 10*time.Second, "a report after "+at.Format(time.StampMilli), func() bool { return d.LastReport(t).After(at) })
-}
