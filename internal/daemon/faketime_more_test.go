@@ -36,18 +36,6 @@ func (n *fakeNode) peer(id uint64) (gossip.PeerInfo, bool) {
 	return gossip.PeerInfo{}, false
 }
 
-// names are the names of the nodes of c but the one at index skip (-1:
-// none skipped).
-func (c fakeCluster) names(skip int) []string {
-	var out []string
-	for i, n := range c {
-		if i != skip {
-			out = append(out, n.name)
-		}
-	}
-	return out
-}
-
 // fakeQuery is one query a load asked: when, of which node of its
 // cluster (by index), and whether it was served.
 type fakeQuery struct {

@@ -181,7 +181,13 @@ func TestPipeClose(t *testing.T) {
 		a, b := Pipe()
 		a.Write([]byte("last"))
 		read := make(chan error)
-		go func() { _, err := b.Read(make([]byte, 10)); _, err = b.Read(make([]byte, 1)); read <- err }()
+		go func() {
+			if n, err := b.Read(make([]byte, 10)); n != 4 || err != nil {
+				t.Errorf("read of what was written: %d bytes, %v; want 4, nil", n, err)
+			}
+			_, err := b.Read(make([]byte, 1))
+			read <- err
+		}()
 		synctest.Wait()
 		a.Close()
 		if err := <-read; err != io.EOF {

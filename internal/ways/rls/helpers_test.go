@@ -162,3 +162,11 @@ func wantCode(t testing.TB, err error, want codes.Code, what string) {
 		t.Errorf("%s: error %v, want %v", what, err, want)
 	}
 }
+
+// must fails the test on an error.
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
