@@ -19,22 +19,40 @@ import (
 	"time"
 )
 
-// WaitFor calls cond every millisecond until it holds, and fails the test
-// with what was awaited if it does not within. Inside a synctest bubble
-// the millisecond and within are fake time (each pause still costs a
-// little real time, so a wait of fake hours is a loop of millions); there,
-// a condition that holds once every goroutine of the bubble is blocked is
-// better awaited with synctest.Wait.
+// WaitFor calls cond until it holds, and fails the test with what was
+// awaited if it does not within: every millisecond for the first
+// pollSoon, then every pollLater, so that a long wait on a real daemon
+// (whose cond may scrape its metrics) does not take a core. Inside a
+// synctest bubble the pauses and within are fake time (each pause still
+// costs a little real time); there, a condition that holds once every
+// goroutine of the bubble is blocked is better awaited with
+// synctest.Wait.
 func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
+	start := time.Now()
+	deadline := start.Add(within)
 	for !cond() {
 		if !time.Now().Before(deadline) {
 			t.Fatalf("waited %v for %s", within, what)
 		}
-		time.Sleep(time.Millisecond)
+		step := time.Millisecond
+		if time.Since(start) >= pollSoon {
+			step = pollLater
+		}
+		// The next whole step since start, never past the deadline.
+		next := start.Add((time.Since(start)/step + 1) * step)
+		if next.After(deadline) {
+			next = deadline
+		}
+		time.Sleep(time.Until(next))
 	}
 }
+
+// WaitFor's pauses: a millisecond at first, then pollLater.
+const (
+	pollSoon  = 50 * time.Millisecond
+	pollLater = 20 * time.Millisecond
+)
 
 // Recv returns the next value from ch, and fails the test with what was
 // awaited if none comes within. Inside a synctest bubble within is fake

@@ -15,13 +15,24 @@ import (
 
 // TestWaitForFakeTime: inside a bubble WaitFor's pauses and bound are
 // fake time: a condition that holds after a second of it is awaited at
-// once, and seen the millisecond it holds.
+// once, and seen at the pause it holds (20 ms ones, from start, after
+// the first 50 ms; 1 ms ones before).
 func TestWaitForFakeTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		WaitFor(t, time.Minute, "a second", func() bool { return time.Since(start) >= time.Second })
 		if took := time.Since(start); took != time.Second {
 			t.Errorf("WaitFor returned after %v, want 1s", took)
+		}
+		start = time.Now()
+		WaitFor(t, time.Minute, "7 ms", func() bool { return time.Since(start) >= 7*time.Millisecond })
+		if took := time.Since(start); took != 7*time.Millisecond {
+			t.Errorf("WaitFor returned after %v, want 7ms", took)
+		}
+		start = time.Now()
+		WaitFor(t, time.Minute, "61 ms", func() bool { return time.Since(start) >= 61*time.Millisecond })
+		if took := time.Since(start); took != 80*time.Millisecond {
+			t.Errorf("WaitFor returned after %v, want 80ms (the pause after 60 ms)", took)
 		}
 	})
 }

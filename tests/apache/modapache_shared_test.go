@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/api"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
@@ -145,7 +146,7 @@ DThrottleBackoff 1s 1s
 	awaitStatus(t, a, hc, "/", 429, "the thawed daemon's table to refuse")
 	// The first refusal may be asked (the heartbeat not beaten yet since
 	// the thaw); the table decides again within a beat or two.
-	harness.Poll(t, 5*time.Second, "decided_shared to rise after the thaw", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "decided_shared to rise after the thaw", func() bool {
 		a.Fetch(t, hc, "/", "")
 		return count("decided_shared") > shared
 	})

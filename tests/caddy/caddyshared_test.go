@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
@@ -151,7 +152,7 @@ func TestCaddyShared(t *testing.T) {
 	harness.Must(t, os.WriteFile(path, []byte(config), 0o644))
 	d2 := harness.RunDaemon(t, d.Sock, nil, "-config", path)
 	d2.Admin = admin
-	harness.Poll(t, 15*time.Second, "caddy to refuse again after dthrottled restarted", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "caddy to refuse again after dthrottled restarted", func() bool {
 		return harness.SharedGet(t, tagged, "again", p.Log).StatusCode == http.StatusTooManyRequests
 	})
 	harness.AwaitInProcess(t, tagged, d2, p.Log)
@@ -238,11 +239,11 @@ burst = %d
 			}
 		}()
 	}
-	harness.Poll(t, 10*time.Second, "the hammerers' first 1000 answers", func() bool { return answered.Load() >= 1000 })
+	testkit.WaitFor(t, 10*time.Second, "the hammerers' first 1000 answers", func() bool { return answered.Load() >= 1000 })
 	p.Kill(t)
 	p = restart()
 	after := answered.Load()
-	harness.Poll(t, 10*time.Second, "1000 answers from the new caddy", func() bool { return answered.Load() >= after+1000 })
+	testkit.WaitFor(t, 10*time.Second, "1000 answers from the new caddy", func() bool { return answered.Load() >= after+1000 })
 	stop.Store(true)
 	wg.Wait()
 	elapsed := time.Since(start).Seconds()

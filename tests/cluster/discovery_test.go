@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/netns"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
@@ -62,11 +63,11 @@ http = "%s:0"
 	joined := time.Now()
 	fifth := start(l.Hosts[4], []string{addr(l.Hosts[0])})
 	id5 := fifth.NodeID(t)
-	harness.Poll(t, 10*time.Second, "the fifth node to hear all four", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the fifth node to hear all four", func() bool {
 		return harness.Metric(t, harness.Scrape(t, fifth.AdminAddr(t)), "dthrottle_gossip_peers") == 4
 	})
 	for i, d := range ds {
-		harness.Poll(t, 10*time.Second, fmt.Sprintf("node %d to hear the fifth", i+1), func() bool {
+		testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("node %d to hear the fifth", i+1), func() bool {
 			p, ok := d.Peers(t)[id5]
 			return ok && !p.Silent
 		})
@@ -85,7 +86,7 @@ http = "%s:0"
 	killed := time.Now()
 	fifth.Done <- <-fifth.Done // exited: the cleanup's stop has nothing to do
 	for i, d := range ds {
-		harness.Poll(t, 10*time.Second, fmt.Sprintf("node %d to forget the fifth", i+1), func() bool {
+		testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("node %d to forget the fifth", i+1), func() bool {
 			fams := harness.Scrape(t, d.AdminAddr(t))
 			return harness.Metric(t, fams, "dthrottle_gossip_peers_learned") == 0 &&
 				harness.Metric(t, fams, "dthrottle_gossip_peers_learned_total", "event=forgotten") >= 1

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/netns"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -179,7 +180,7 @@ listen = "%s:%d"
 // familyPresent waits until d's /metrics serves name.
 func familyPresent(t *testing.T, d *harness.Daemon, name string) {
 	t.Helper()
-	harness.Poll(t, 10*time.Second, fmt.Sprintf("%s on %s", name, d.Admin), func() bool {
+	testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("%s on %s", name, d.Admin), func() bool {
 		_, ok := harness.Scrape(t, d.AdminAddr(t))[name]
 		return ok
 	})
@@ -247,7 +248,7 @@ func TestGrafanaMetricsServed(t *testing.T) {
 		c.Close()
 	}
 	harness.Must(t, a.Cmd.Process.Signal(syscall.SIGHUP))
-	harness.Poll(t, 10*time.Second, "A's reload to be counted", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "A's reload to be counted", func() bool {
 		return harness.Metric(t, harness.Scrape(t, a.AdminAddr(t)), "dthrottle_config_reloads_total") == 1
 	})
 
@@ -257,11 +258,11 @@ func TestGrafanaMetricsServed(t *testing.T) {
 		familyPresent(t, d, "dthrottle_gossip_last_report_timestamp_seconds")
 		familyPresent(t, d, "dthrottle_warm_duration_seconds")
 	}
-	harness.Poll(t, 10*time.Second, "B to hear A as its segment's relay", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "B to hear A as its segment's relay", func() bool {
 		return harness.Metric(t, harness.Scrape(t, b.AdminAddr(t)), "dthrottle_relay_relays", "where=segment") == 1
 	})
 	for _, d := range []*harness.Daemon{a, b} {
-		harness.Poll(t, 10*time.Second, "the SPOE connection to be counted on "+d.Admin, func() bool {
+		testkit.WaitFor(t, 10*time.Second, "the SPOE connection to be counted on "+d.Admin, func() bool {
 			return harness.Metric(t, harness.Scrape(t, d.AdminAddr(t)), "dthrottle_spoe_connections_accepted_total") >= 1
 		})
 	}

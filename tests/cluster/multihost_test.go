@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/netns"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
@@ -78,7 +79,7 @@ func TestMultiHost(t *testing.T) {
 		t.Fatalf("spending probe:x on node 1: %q", got)
 	}
 	for i, d := range ds[1:] {
-		harness.Poll(t, 5*time.Second, fmt.Sprintf("node %d to apply node 1's report", i+2), func() bool {
+		testkit.WaitFor(t, 5*time.Second, fmt.Sprintf("node %d to apply node 1's report", i+2), func() bool {
 			return d.Tag(t, "probe:x").Tokens < 1
 		})
 		if harness.Ask(t, d.Sock, "probe:x") {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/netns"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
@@ -67,7 +68,7 @@ http = "%s:0"
 		t.Fatal(err)
 	}
 
-	harness.Poll(t, 10*time.Second, "the sender to hear the three receivers", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the sender to hear the three receivers", func() bool {
 		return harness.Metric(t, harness.Scrape(t, s.AdminAddr(t)), "dthrottle_gossip_peers") == 3
 	})
 	for i, d := range ds {
@@ -89,7 +90,7 @@ http = "%s:0"
 		if got := peerFound(t, d, sid); got != "configured" {
 			t.Errorf("receiver %d found the sender %q, want configured", i+1, got)
 		}
-		harness.Poll(t, 10*time.Second, fmt.Sprintf("receiver %d to apply the sender's hits", i+1), func() bool {
+		testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("receiver %d to apply the sender's hits", i+1), func() bool {
 			return d.Tag(t, tag).Tracked
 		})
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dthrottle/dthrottle/api"
 	"github.com/dthrottle/dthrottle/internal/netns"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
@@ -246,7 +247,7 @@ func TestSpecTimelineRealDaemons(t *testing.T) {
 	// start, A's from B when it asked again.
 	for _, n := range nodes {
 		var w api.Warm
-		harness.Poll(t, 5*time.Second, n.name+"'s warm start to be done", func() bool {
+		testkit.WaitFor(t, 5*time.Second, n.name+"'s warm start to be done", func() bool {
 			w = n.stats(t).Gossip.Warm
 			return w.Warm
 		})

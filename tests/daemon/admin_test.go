@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
@@ -37,7 +38,7 @@ http = "127.0.0.1:0"
 		t.Fatalf("traffic: %q", got)
 	}
 	d.Cmd.Process.Signal(syscall.SIGHUP) // a reload to count
-	harness.Poll(t, 10*time.Second, "the reload to be counted", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the reload to be counted", func() bool {
 		return harness.Metric(t, harness.Scrape(t, addr), "dthrottle_config_reloads_total") == 1
 	})
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/api"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
@@ -79,7 +80,7 @@ func served(t *testing.T, addr, raw string) (*http.Response, *rawConn) {
 	t.Helper()
 	var resp *http.Response
 	var c *rawConn
-	harness.Poll(t, 10*time.Second, "a connection below max_conns", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "a connection below max_conns", func() bool {
 		c = rawDial(t, addr)
 		if resp = c.do(t, raw); resp.StatusCode == 503 {
 			c.Close()
@@ -178,7 +179,7 @@ func TestHTTPEndpointBadInput(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("the third connection: %d", resp.StatusCode)
 	}
-	harness.Poll(t, 10*time.Second, "a connection over max_conns to get 503", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "a connection over max_conns to get 503", func() bool {
 		return rawDial(t, addr).do(t, get1("free:ok")).StatusCode == 503
 	})
 	if resp := keep.do(t, get1("free:ok")); resp.StatusCode != 200 {
@@ -193,7 +194,7 @@ func TestHTTPEndpointBadInput(t *testing.T) {
 	// Closing the connections frees their places.
 	slow.Close()
 	third.Close()
-	harness.Poll(t, 10*time.Second, "a new connection to be served again", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "a new connection to be served again", func() bool {
 		return rawDial(t, addr).do(t, get1("free:ok")).StatusCode == 200
 	})
 }

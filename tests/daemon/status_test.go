@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 	"golang.org/x/net/html"
 )
@@ -63,13 +64,13 @@ http = "127.0.0.1:0"
 			}
 		}
 	}
-	harness.Poll(t, 40*time.Second, "the status page to chart refusals", func() bool {
+	testkit.WaitFor(t, 40*time.Second, "the status page to chart refusals", func() bool {
 		ask(scriptTag, scriptTag, scriptTag, "login:x", "login:x", "a")
 		code, body := harness.HTTPDo(t, http.MethodGet, page)
 		return code == http.StatusOK && strings.Contains(body, `<polyline class="s0"`)
 	})
 	// The heaviest tags come through Sources.Top, from the daemon's counts.
-	harness.Poll(t, 20*time.Second, "the status page to list the most refused tags", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the status page to list the most refused tags", func() bool {
 		_, body := harness.HTTPDo(t, http.MethodGet, page)
 		return strings.Contains(body, `<table id="top">`) && strings.Contains(body, "&lt;script&gt;alert(1)&lt;/script&gt;")
 	})

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/netns"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
@@ -77,7 +78,7 @@ func partitionSplit(t *testing.T, policy string, unicast bool) {
 	harness.NFT(t, splitRules)
 	cut := time.Now()
 	for _, d := range ds {
-		harness.Poll(t, 10*time.Second, d.Sock+" to hold half the rate", func() bool { return share(d) == 0.5 })
+		testkit.WaitFor(t, 10*time.Second, d.Sock+" to hold half the rate", func() bool { return share(d) == 0.5 })
 	}
 	halved := time.Since(cut)
 	for _, d := range ds {
@@ -89,7 +90,7 @@ func partitionSplit(t *testing.T, policy string, unicast bool) {
 	harness.NFT(t, "delete table bridge partition\n")
 	healed := time.Now()
 	for _, d := range ds {
-		harness.Poll(t, 10*time.Second, d.Sock+" to hold the whole rate again", func() bool { return share(d) == 1 })
+		testkit.WaitFor(t, 10*time.Second, d.Sock+" to hold the whole rate again", func() bool { return share(d) == 1 })
 	}
 	whole := time.Since(healed)
 	ld.Wait(t, 0)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dthrottle/dthrottle/internal/gossip/peer"
 	"github.com/dthrottle/dthrottle/internal/netns"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
@@ -200,7 +201,7 @@ func endLoss(t *testing.T, ds []*harness.Daemon, end time.Time, deleteLoss strin
 	t.Helper()
 	horizon := end.Add((peer.MaxAsks + 4) * harness.LANInterval)
 	for i, d := range ds {
-		harness.Poll(t, 10*time.Second, fmt.Sprintf("node %d to report after the last repair of the load's hits", i+1), func() bool {
+		testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("node %d to report after the last repair of the load's hits", i+1), func() bool {
 			return d.LastReport(t).After(horizon)
 		})
 	}
@@ -214,7 +215,7 @@ func endLoss(t *testing.T, ds []*harness.Daemon, end time.Time, deleteLoss strin
 func awaitRepairs(t *testing.T, ds []*harness.Daemon) {
 	t.Helper()
 	asked, since := -1.0, time.Now()
-	harness.Poll(t, 20*time.Second, "the nodes to stop asking for datagrams again", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the nodes to stop asking for datagrams again", func() bool {
 		if n := harness.Totals(t, ds...)["asked"]; n != asked {
 			asked, since = n, time.Now()
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dthrottle/dthrottle/internal/netns"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
@@ -120,7 +121,7 @@ func TestSegments(t *testing.T) {
 		if i%3 < 2 {
 			wantSeg, wantRemote = 1, 2 // a relay does not count itself
 		}
-		harness.Poll(t, 10*time.Second, fmt.Sprintf("host %d to hear its relays", i+1), func() bool {
+		testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("host %d to hear its relays", i+1), func() bool {
 			seg, remote := relays(t, d)
 			return seg == wantSeg && remote == wantRemote
 		})
@@ -183,7 +184,7 @@ func TestSegments(t *testing.T) {
 }`)
 	relaysOf := []*harness.Daemon{ds[0], ds[1], ds[3], ds[4]}
 	for _, d := range relaysOf {
-		harness.Poll(t, 10*time.Second, "the relays to find the link cut", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "the relays to find the link cut", func() bool {
 			_, remote := relays(t, d)
 			return remote == 0
 		})
@@ -210,7 +211,7 @@ func TestSegments(t *testing.T) {
 	// Heal: the relays hear each other again, and one rate holds.
 	harness.NFT(t, "delete table inet cut\n")
 	for _, d := range relaysOf {
-		harness.Poll(t, 10*time.Second, "the relays to hear across again", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "the relays to hear across again", func() bool {
 			_, remote := relays(t, d)
 			return remote == 2
 		})

@@ -8,7 +8,7 @@ import (
 	guber "github.com/gubernator-io/gubernator/v2"
 
 	"github.com/dthrottle/dthrottle/internal/netns"
-	"github.com/dthrottle/dthrottle/tests/harness"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // TestTwoNodes runs two dthrottled peers gossiping by multicast inside a
@@ -30,7 +30,7 @@ func TestTwoNodes(t *testing.T) {
 		}
 		// Reads spend nothing, so polling the second node changes nothing.
 		// (In the next minute the window is new: the run is taken again.)
-		harness.Poll(t, 5*time.Second, "the second node to hear of the three hits", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "the second node to hear of the three hits", func() bool {
 			return b.ask(t, perMinute(key, 0)).Status == guber.Status_OVER_LIMIT || !time.Now().Truncate(time.Minute).Equal(started)
 		})
 		if got := b.ask(t, perMinute(key, 1)); got.Status != guber.Status_OVER_LIMIT || got.Remaining != 0 {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
@@ -41,7 +42,7 @@ func TestHAProxyShared(t *testing.T) {
 	// asked and then decided in process: served its burst, no more.
 	stop := make(chan struct{})
 	load := harness.StartHSLoad(p.URL, 32, func(i, j int) string { return "together" }, stop)
-	harness.Poll(t, 10*time.Second, "the load to be refused", func() bool { return load.Refused.Load() >= 100 })
+	testkit.WaitFor(t, 10*time.Second, "the load to be refused", func() bool { return load.Refused.Load() >= 100 })
 	close(stop)
 	load.Wg.Wait()
 	if load.Ok.Load() != 3 || load.Errs.Load() != 0 {
@@ -59,7 +60,7 @@ func TestHAProxyShared(t *testing.T) {
 	harness.Must(t, os.WriteFile(path, []byte(config), 0o644))
 	d2 := harness.RunDaemon(t, d.Sock, nil, "-config", path)
 	d2.Admin = admin
-	harness.Poll(t, 10*time.Second, "HAProxy to refuse again after dthrottled restarted", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "HAProxy to refuse again after dthrottled restarted", func() bool {
 		return harness.SharedGet(t, p.URL, "again", p.Log).StatusCode == http.StatusTooManyRequests
 	})
 	harness.CheckDecidedInProcess(t, p.URL, d2, p.Log, "second")
@@ -273,7 +274,7 @@ func TestHAProxySharedReload(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // some load before the reload
 	harness.Must(t, p.Cmd.Process.Signal(syscall.SIGUSR2))
 	var now int
-	harness.Poll(t, 10*time.Second, "the reload's new worker", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the reload's new worker", func() bool {
 		now = p.Worker(t)
 		return now != old
 	})
@@ -322,7 +323,7 @@ burst = 1000000
 
 	stop := make(chan struct{})
 	load := harness.StartHSLoad(a.URL, 8, func(i, j int) string { return fmt.Sprintf("load:%d", j%16) }, stop)
-	harness.Poll(t, 10*time.Second, "HAProxy a to decide under load", func() bool { return load.Ok.Load() >= 200 })
+	testkit.WaitFor(t, 10*time.Second, "HAProxy a to decide under load", func() bool { return load.Ok.Load() >= 200 })
 	a.SignalWorker(t, syscall.SIGKILL)
 	close(stop)
 	load.Wg.Wait()
@@ -341,7 +342,7 @@ burst = 1000000
 
 	// a: its master left with its worker (and let go of the port);
 	// started again, it attaches.
-	harness.Poll(t, 10*time.Second, "HAProxy a's master to exit after its worker was killed", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "HAProxy a's master to exit after its worker was killed", func() bool {
 		return syscall.Kill(a.Cmd.Process.Pid, 0) == syscall.ESRCH
 	})
 	a.Start(t)
@@ -378,7 +379,7 @@ func TestHAProxySharedHungDaemon(t *testing.T) {
 	if code, took := timed("hung-new"); code != http.StatusOK || took > 1200*time.Millisecond {
 		t.Errorf("a new tag, dthrottled stopped: %d in %v, want 200 (fail open) within the 300 ms timeout", code, took)
 	}
-	harness.Poll(t, 5*time.Second, "HAProxy to fail open on a spent tag, the table left", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "HAProxy to fail open on a spent tag, the table left", func() bool {
 		code, _ := timed("hung")
 		return code == http.StatusOK
 	})
@@ -393,7 +394,7 @@ func TestHAProxySharedHungDaemon(t *testing.T) {
 	}
 
 	harness.Must(t, d.Cmd.Process.Signal(syscall.SIGCONT))
-	harness.Poll(t, 10*time.Second, "HAProxy to refuse the spent tag again", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "HAProxy to refuse the spent tag again", func() bool {
 		code, _ := timed("hung")
 		return code == http.StatusTooManyRequests
 	})

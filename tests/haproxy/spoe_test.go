@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
@@ -88,7 +89,7 @@ func TestHAProxySPOE(t *testing.T) {
 	sock := filepath.Join(filepath.Dir(path), "d.sock")
 	harness.Must(t, os.WriteFile(path, []byte(strings.ReplaceAll(fmt.Sprintf(spoeDaemonConfig, addr), "%SOCK%", sock)), 0o644))
 	harness.RunDaemon(t, sock, nil, "-config", path)
-	harness.Poll(t, 10*time.Second, "HAProxy to refuse again after dthrottled restarted", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "HAProxy to refuse again after dthrottled restarted", func() bool {
 		code, err := harness.GetTagged(t, hc, url, "again")
 		if err != nil {
 			b, _ := os.ReadFile(log)

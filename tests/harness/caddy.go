@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // BuildCaddyShared builds Caddy with the dthrottle module, as the README
@@ -168,7 +170,7 @@ func StartCaddyShared(t *testing.T, sock string) (urls [3]string, p *caddyProc, 
 // awaitPort waits until the Caddy p accepts connections on port.
 func awaitPort(t *testing.T, port int, p *caddyProc) {
 	t.Helper()
-	Poll(t, 10*time.Second, fmt.Sprintf("caddy to listen on %d", port), func() bool {
+	testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("caddy to listen on %d", port), func() bool {
 		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			return false
@@ -183,7 +185,7 @@ func awaitPort(t *testing.T, port int, p *caddyProc) {
 // its socket.
 func AwaitInProcess(t *testing.T, u string, d *Daemon, log string) {
 	t.Helper()
-	Poll(t, 10*time.Second, "caddy to decide in process", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "caddy to decide in process", func() bool {
 		socket0, decided0 := SharedCounts(t, d)
 		SharedGet(t, u, "warm-up", log)
 		socket1, decided1 := SharedCounts(t, d)

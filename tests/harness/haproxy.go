@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // luaHeader is the Lua 5.3 header the module is built against (Debian:
@@ -122,7 +124,7 @@ func (p *hsProxy) Start(t *testing.T) {
 // attaches times since it started (a new worker: 0).
 func (p *hsProxy) AwaitAttached(t *testing.T, attaches int) {
 	t.Helper()
-	Poll(t, 10*time.Second, "HAProxy to attach", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "HAProxy to attach", func() bool {
 		return p.StatsField(t, "attaches") > attaches
 	})
 }
@@ -166,7 +168,7 @@ func (p *hsProxy) workers(t *testing.T) []int { return childPIDs(t, p.Cmd.Proces
 func (p *hsProxy) Worker(t *testing.T) int {
 	t.Helper()
 	var pids []int
-	Poll(t, 10*time.Second, "HAProxy to run one worker", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "HAProxy to run one worker", func() bool {
 		pids = p.workers(t)
 		return len(pids) == 1
 	})

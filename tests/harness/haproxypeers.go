@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // This file runs HAProxy on contrib/haproxy/haproxy-peers.cfg, its stick
@@ -75,7 +77,7 @@ func runProxyAt(t *testing.T, cmd *exec.Cmd, addr, log string) {
 	cmd.Stdout, cmd.Stderr = out, out
 	Must(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); out.Close() })
-	Poll(t, 10*time.Second, "HAProxy listening on "+addr, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "HAProxy listening on "+addr, func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()

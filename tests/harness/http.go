@@ -4,6 +4,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // StartHTTPDaemon starts dthrottled on config and returns it and the HTTP
@@ -12,7 +14,7 @@ func StartHTTPDaemon(t *testing.T, config string) (*Daemon, string) {
 	t.Helper()
 	config, addr := PinPort(t, config, "listen")
 	d := StartDaemon(t, config)
-	Poll(t, 10*time.Second, "the http endpoint to answer on "+addr, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the http endpoint to answer on "+addr, func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()

@@ -12,6 +12,7 @@ import (
 	"github.com/dthrottle/dthrottle/internal/gossip/transport"
 	"github.com/dthrottle/dthrottle/internal/gossip/wire"
 	"github.com/dthrottle/dthrottle/internal/netns"
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // A multi-host cluster: each node is a real dthrottled in a network
@@ -225,21 +226,9 @@ func (l *LAN) StartAll(t *testing.T, c NodeConfig) []*Daemon {
 func AwaitPeers(t *testing.T, ds []*Daemon, n int) {
 	t.Helper()
 	for _, d := range ds {
-		Poll(t, 10*time.Second, fmt.Sprintf("%s to hear %d peers", d.Sock, n), func() bool {
+		testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("%s to hear %d peers", d.Sock, n), func() bool {
 			return Metric(t, Scrape(t, d.AdminAddr(t)), "dthrottle_gossip_peers") == float64(n)
 		})
-	}
-}
-
-// Poll calls cond until it holds, failing after within.
-func Poll(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -250,7 +239,7 @@ func Settle(t *testing.T, ds []*Daemon, end time.Time) {
 	t.Helper()
 	reported := make([]time.Time, len(ds))
 	for i, d := range ds {
-		Poll(t, 5*time.Second, "a report after the load", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "a report after the load", func() bool {
 			reported[i] = d.LastReport(t)
 			return reported[i].After(end)
 		})
@@ -261,7 +250,7 @@ func Settle(t *testing.T, ds []*Daemon, end time.Time) {
 			if i == j {
 				continue
 			}
-			Poll(t, 5*time.Second, fmt.Sprintf("node %d to hear node %d's last report", j+1, i+1), func() bool {
+			testkit.WaitFor(t, 5*time.Second, fmt.Sprintf("node %d to hear node %d's last report", j+1, i+1), func() bool {
 				heard, err := time.Parse(time.RFC3339Nano, r.Peers(t)[id].LastHeard)
 				return err == nil && heard.After(reported[i])
 			})

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -21,7 +22,7 @@ func (d *Daemon) AdminAddr(t *testing.T) string {
 	}
 	d.adminUp.Do(func() {
 		c := &http.Client{Timeout: time.Second}
-		Poll(t, 10*time.Second, "the admin endpoint to answer on "+d.Admin, func() bool {
+		testkit.WaitFor(t, 10*time.Second, "the admin endpoint to answer on "+d.Admin, func() bool {
 			res, err := c.Get("http://" + d.Admin + "/healthz")
 			if err != nil {
 				return false

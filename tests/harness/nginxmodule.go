@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // nginxDevSource is where Debian's nginx-dev puts nginx's sources and
@@ -190,7 +192,7 @@ func (s *NgxModuleServer) StatsField(t *testing.T, name string) int {
 func (s *NgxModuleServer) Worker(t *testing.T) int {
 	t.Helper()
 	var pids []int
-	Poll(t, 10*time.Second, "nginx to run one worker", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "nginx to run one worker", func() bool {
 		pids = childPIDs(t, s.cmd.Process.Pid)
 		return len(pids) == 1
 	})
@@ -312,7 +314,7 @@ func StopDaemon(t *testing.T, d *Daemon) {
 	pid := d.Cmd.Process.Pid
 	Must(t, d.Cmd.Process.Signal(syscall.SIGSTOP))
 	resumeOnCleanup(t, d)
-	Poll(t, 5*time.Second, "every thread of dthrottled to stop", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "every thread of dthrottled to stop", func() bool {
 		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
 		if err != nil || len(tasks) == 0 {
 			return false

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
 // This file owns what the cluster tests read of a running daemon through
@@ -28,7 +30,7 @@ func (d *Daemon) NodeID(t *testing.T) string {
 // as asked.
 func (d *Daemon) AwaitPeer(t *testing.T, node string, silent bool) {
 	t.Helper()
-	Poll(t, 10*time.Second, fmt.Sprintf("peer %s silent=%v in the peers view of %s", node, silent, d.Sock), func() bool {
+	testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("peer %s silent=%v in the peers view of %s", node, silent, d.Sock), func() bool {
 		p, ok := d.Peers(t)[node]
 		return ok && p.Silent == silent
 	})

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/internal/ways/havarint"
 	"github.com/dthrottle/dthrottle/tests/harness"
 	dto "github.com/prometheus/client_model/go"
@@ -114,7 +115,7 @@ func measureUnread(t *testing.T, way unreadWay) {
 	for i := range clients {
 		clients[i] = dialUnread(t, addr, way, first)
 	}
-	harness.Poll(t, 30*time.Second, "the first requests to be answered", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "the first requests to be answered", func() bool {
 		return way.answered(harness.Scrape(t, admin)) >= float64(n*first)
 	})
 	idle := rssKiB(t, pid)

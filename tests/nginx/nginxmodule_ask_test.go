@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
@@ -165,7 +166,7 @@ func TestNginxModuleAskHung(t *testing.T) {
 	// After the backoff, an ask goes through, on a new connection (the
 	// one that timed out is never used again).
 	i := 0
-	harness.Poll(t, 10*time.Second, "a new tag asked and answered after SIGCONT", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "a new tag asked and answered after SIGCONT", func() bool {
 		i++
 		res, _ := harness.NgxGet(t, s, s.URL, fmt.Sprintf("hung-after-%d", i))
 		return res.Header.Get("X-DThrottle") == "ASKED_OK"
@@ -214,7 +215,7 @@ func TestNginxModuleAskClientGone(t *testing.T) {
 	harness.Must(t, err)
 	defer c.Close()
 	fmt.Fprintf(c, "GET /hello.txt HTTP/1.1\r\nHost: %s\r\nX-Tag: gone\r\n\r\n", u.Host)
-	harness.Poll(t, 5*time.Second, "the worker to ask for the client that goes", func() bool { return s.StatsField(t, "asking") == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the worker to ask for the client that goes", func() bool { return s.StatsField(t, "asking") == 1 })
 
 	// Behind it, in a known order: each waits before the next is sent.
 	const behind = 10
@@ -230,10 +231,10 @@ func TestNginxModuleAskClientGone(t *testing.T) {
 			want[tag] = "429 ASKED_NO"
 		}
 		ngxGetAsync(s, tag, answers)
-		harness.Poll(t, 5*time.Second, fmt.Sprintf("ask %d to wait", i+2), func() bool { return s.StatsField(t, "asking") == i+2 })
+		testkit.WaitFor(t, 5*time.Second, fmt.Sprintf("ask %d to wait", i+2), func() bool { return s.StatsField(t, "asking") == i+2 })
 	}
 	c.Close()
-	harness.Poll(t, 5*time.Second, "the request gone to give up its place", func() bool { return s.StatsField(t, "asking") == behind })
+	testkit.WaitFor(t, 5*time.Second, "the request gone to give up its place", func() bool { return s.StatsField(t, "asking") == behind })
 
 	harness.Must(t, d.Cmd.Process.Signal(syscall.SIGCONT))
 	for range behind {

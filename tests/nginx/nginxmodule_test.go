@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
@@ -69,7 +70,7 @@ func TestNginxModule(t *testing.T) {
 	harness.Must(t, os.WriteFile(path, []byte(config), 0o644))
 	d2 := harness.RunDaemon(t, d.Sock, nil, "-config", path)
 	d2.Admin = admin
-	harness.Poll(t, 10*time.Second, "nginx to refuse again after dthrottled restarted", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "nginx to refuse again after dthrottled restarted", func() bool {
 		return harness.SharedGet(t, s.URL, "again", s.Log).StatusCode == http.StatusTooManyRequests
 	})
 	harness.CheckDecidedInProcess(t, s.URL, d2, s.Log, "second")
@@ -248,10 +249,10 @@ burst = 1000000
 
 	stop := make(chan struct{})
 	load := harness.StartHSLoad(s.URL, 4, func(i, j int) string { return fmt.Sprintf("load:%d", j%16) }, stop)
-	harness.Poll(t, 10*time.Second, "nginx to decide under load", func() bool { return load.Ok.Load() >= 200 })
+	testkit.WaitFor(t, 10*time.Second, "nginx to decide under load", func() bool { return load.Ok.Load() >= 200 })
 	harness.Must(t, syscall.Kill(old, syscall.SIGKILL))
 	var now int
-	harness.Poll(t, 10*time.Second, "the master to start another worker", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the master to start another worker", func() bool {
 		now = s.Worker(t)
 		return now != old
 	})
@@ -342,7 +343,7 @@ func TestNginxModuleHungDaemon(t *testing.T) {
 
 	// The table left: served by the fail mode, at once but for an ask
 	// now and then (one at a time), which waits the timeout at most.
-	harness.Poll(t, 5*time.Second, "nginx to fail open on a spent tag, the table left", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "nginx to fail open on a spent tag, the table left", func() bool {
 		res, _ := harness.NgxGet(t, s, s.URL, "hung")
 		return res.StatusCode == http.StatusOK
 	})
@@ -366,7 +367,7 @@ func TestNginxModuleHungDaemon(t *testing.T) {
 	// Refused from the table again, not asked: asks that timed out while
 	// it was stopped still wait in its listen queue, and it counts them
 	// as it reads them, so the worker's own counters tell.
-	harness.Poll(t, 10*time.Second, "nginx to refuse the spent tag from the table again", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "nginx to refuse the spent tag from the table again", func() bool {
 		res, _ := harness.NgxGet(t, s, s.URL, "hung")
 		return res.StatusCode == http.StatusTooManyRequests && res.Header.Get("X-DThrottle") == "NO"
 	})
@@ -396,10 +397,10 @@ func TestNginxModuleClientGone(t *testing.T) {
 	c, err := net.Dial("tcp", u.Host)
 	harness.Must(t, err)
 	fmt.Fprintf(c, "GET /hello.txt HTTP/1.1\r\nHost: %s\r\nX-Tag: gone\r\n\r\n", u.Host)
-	harness.Poll(t, 5*time.Second, "the worker to ask", func() bool { return s.StatsField(t, "asking") == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the worker to ask", func() bool { return s.StatsField(t, "asking") == 1 })
 	c.Close()
 	start := time.Now()
-	harness.Poll(t, 5*time.Second, "the worker to close the ask of the request gone", func() bool { return s.StatsField(t, "asking") == 0 })
+	testkit.WaitFor(t, 5*time.Second, "the worker to close the ask of the request gone", func() bool { return s.StatsField(t, "asking") == 0 })
 	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("the ask was closed %v after the client left", took)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
@@ -135,7 +136,7 @@ func TestNginxShared(t *testing.T) {
 	harness.Must(t, os.WriteFile(path, []byte(config), 0o644))
 	d2 := harness.RunDaemon(t, d.Sock, nil, "-config", path)
 	d2.Admin = admin
-	harness.Poll(t, 10*time.Second, "nginx to refuse again after dthrottled restarted", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "nginx to refuse again after dthrottled restarted", func() bool {
 		return harness.SharedGet(t, u, "again", log).StatusCode == http.StatusTooManyRequests
 	})
 	harness.CheckDecidedInProcess(t, u, d2, log, "second")
@@ -272,7 +273,7 @@ action = "deny"
 	// stats_dict: the worker adds its counts up each second. In process:
 	// api:k served once and refused once (its first request was asked),
 	// blocked:x refused, the address served twice and refused once.
-	harness.Poll(t, 5*time.Second, "the worker's counts in dthrottle_stats", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the worker's counts in dthrottle_stats", func() bool {
 		return strings.HasSuffix(harness.WorkerStats(t, u, log), "dict_ok=3 dict_no=3")
 	})
 }
@@ -300,7 +301,7 @@ func TestNginxSharedHungDaemon(t *testing.T) {
 	harness.Must(t, d.Cmd.Process.Signal(syscall.SIGSTOP))
 	t.Cleanup(func() { d.Cmd.Process.Signal(syscall.SIGCONT) })
 	// The table is left once its heartbeat is over a second old.
-	harness.Poll(t, 5*time.Second, "nginx to fail open with dthrottled stopped", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "nginx to fail open with dthrottled stopped", func() bool {
 		return harness.SharedGet(t, u, "hung", log).StatusCode == http.StatusOK
 	})
 	start := time.Now()
@@ -314,7 +315,7 @@ func TestNginxSharedHungDaemon(t *testing.T) {
 	}
 
 	harness.Must(t, d.Cmd.Process.Signal(syscall.SIGCONT))
-	harness.Poll(t, 10*time.Second, "nginx to refuse the spent tag again", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "nginx to refuse the spent tag again", func() bool {
 		return harness.SharedGet(t, u, "hung", log).StatusCode == http.StatusTooManyRequests
 	})
 	socket0, decided0 := harness.SharedCounts(t, d)

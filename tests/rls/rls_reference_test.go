@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/dthrottle/dthrottle/tests/harness"
 )
 
@@ -52,7 +53,7 @@ func startRLSDaemon(t *testing.T, config string) string {
 	harness.RequireRLS(t, config)
 	config, addr := harness.PinPort(t, config, "listen")
 	harness.StartDaemon(t, config)
-	harness.Poll(t, 10*time.Second, "the rate limit service to accept on "+addr, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the rate limit service to accept on "+addr, func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
@@ -164,7 +165,7 @@ func TestRLSReferenceClientUnixSocket(t *testing.T) {
 	harness.RequireRLS(t, config)
 	harness.StartDaemon(t, config)
 	client := filepath.Join(harness.RLSReference(t), "client_cmd")
-	harness.Poll(t, 10*time.Second, "the rate limit service on "+sock, func() bool { return harness.FileExists(sock) })
+	testkit.WaitFor(t, 10*time.Second, "the rate limit service on "+sock, func() bool { return harness.FileExists(sock) })
 	for i, want := range []string{"OK", "OK", "OK", "OVER_LIMIT"} {
 		if r := askRLS(t, client, "unix:"+sock, "api", "generic_key=upload"); r.overall != want {
 			t.Fatalf("call %d: got %+v, want %s", i+1, r, want)
