@@ -468,22 +468,26 @@ static void *beat_loop(void *arg)
 }
 
 /* await_view reattaches t until a view other than old is installed, and
- * reports whether one was before deadline. The deciders see the retired
- * view too and may reattach first: while one of them holds attach_mu,
- * dt_reattach answers -1 with EAGAIN, as documented, and the view it
- * installs is the one waited for, whoever installs it. */
-static int await_view(dt_table *t, const struct dt_view *old, int64_t deadline)
+ * reports whether one was before deadline; *again counts the calls that
+ * answered -1 with EAGAIN, as dt_reattach may, documented: on a loaded
+ * machine an attach whose reply takes longer than the socket's second
+ * fails that way and pauses the next for DT_RETRY_NS, so the view
+ * waited for may come at a later call, after another attach. */
+static int await_view(dt_table *t, const struct dt_view *old, int64_t deadline, int *again)
 {
-    const struct timespec pause = {0, 100000};
+    const struct timespec pause = {0, 1000000};
 
     while (__atomic_load_n(&t->view, __ATOMIC_ACQUIRE) == old) {
         if (dt_now() >= deadline) {
             return 0;
         }
-        if (dt_reattach(t) != 0 && errno != EAGAIN) {
-            return 0;
+        if (dt_reattach(t) != 0) {
+            if (errno != EAGAIN) {
+                return 0;
+            }
+            (*again)++;
+            nanosleep(&pause, NULL);
         }
-        nanosleep(&pause, NULL);
     }
     return 1;
 }
@@ -501,7 +505,7 @@ static void attach_race(void)
     struct beater beats = {live, 0, 0};
     dt_table *t = NULL;
     const struct dt_view *old;
-    int stop = 0;
+    int stop = 0, again = 0;
 
     fake_start(&f, 1, 0);
     tb_make(&b, 1, 16, 64, 1, big, 1, 1024, dt_now());
@@ -527,7 +531,7 @@ static void attach_race(void)
         __atomic_store_n(&beats.cur, r, __ATOMIC_RELEASE);
         old = __atomic_load_n(&t->view, __ATOMIC_ACQUIRE);
         tb_put32(live[r - 1].table, TB_STATE, 2);
-        CHECK(await_view(t, old, deadline));
+        CHECK(await_view(t, old, deadline, &again));
         /* Let the deciders run on the new view a while. */
         while (decided(d, DECIDERS) < before + 2000 && dt_now() < deadline) {
         }
@@ -543,7 +547,9 @@ static void attach_race(void)
         ok += d[i].answers[DT_OK];
     }
     CHECK(ok > 0);
-    CHECK_EQ(f.attaches, RESTARTS + 1);
+    /* One attach at the open and one at each restart, and at most one
+     * more for each call that failed after attaching. */
+    CHECK(f.attaches >= RESTARTS + 1 && f.attaches <= RESTARTS + 1 + again);
     dt_close(t);
     fake_stop(&f);
     for (int r = 0; r <= RESTARTS; r++) {

@@ -64,6 +64,7 @@ type missedHits struct {
 // fake time, with the same assertions: internal/daemon's
 // TestRepairOnFakeTime.
 func TestRepair(t *testing.T) {
+	t.Parallel() // in namespaces of its own, mostly waiting
 	t.Run("multicast", repairMulticast)
 }
 

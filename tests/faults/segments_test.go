@@ -102,6 +102,7 @@ func relays(t *testing.T, d *harness.Daemon) (segment, remote float64) {
 // and to one rate; with the link cut, each segment holds its own rate and
 // says so; healed, the segments share one rate again.
 func TestSegments(t *testing.T) {
+	t.Parallel() // in namespaces of its own, mostly waiting
 	if !netns.Run(t) {
 		return
 	}
@@ -147,8 +148,10 @@ func TestSegments(t *testing.T) {
 	ld := harness.StartLoad(all, "cross", 8*time.Second)
 	ld.Wait(t, 0)
 	// The last hits reach every node, or are asked for until counted
-	// lost (a crossing only after peer.MaxAsks asks).
-	time.Sleep(4 * harness.LANInterval)
+	// lost (a crossing only after peer.MaxAsks asks); then the loss ends,
+	// for the relays' crossings go on every interval, and under loss
+	// their gaps would be asked for as long as it lasts.
+	endLoss(t, ds, ld.End, "delete table inet link\n")
 	awaitRepairs(t, ds)
 	// Crossings lost on the link are asked for again (docs/design.md,
 	// "Lost reports are repaired"): repaired, or counted lost.
@@ -172,7 +175,6 @@ func TestSegments(t *testing.T) {
 		t.Errorf("served %.1f/s after the first 3s, want about the one rate %g/s (two segments alone would serve %g/s)", rate, segPolicy.Rate, 2*segPolicy.Rate)
 	}
 	harness.Figures(t, ld, limit, fmt.Sprintf("10%% loss on the link: %.0f datagrams repaired, %.0f crossings lost (up to %d hits); %.1f/s after the first 3s", repaired, lostCrossings, lost, float64(steady)/window), harness.Totals(t, ds...))
-	harness.NFT(t, "delete table inet link\n")
 
 	// Cut the link: each segment keeps its own rate, and says so.
 	harness.NFT(t, `table inet cut {

@@ -72,13 +72,17 @@ func TestTopFits(t *testing.T) {
 	for _, size := range []int{MinPacket, 1400, 9000} {
 		for _, policies := range []int{1, 3, 40, 400} {
 			for _, keyLen := range []int{13, 200, 5000} {
+				// The lists' items are the same 100, made once: 800
+				// lists of 100 keys of 5000 bytes apiece would be 400 MB.
+				items := make([]topk.Item, 100)
+				for i := range items {
+					items[i] = topk.Item{Key: fmt.Sprintf("%0*d", keyLen, i), Count: uint64(1000 - i), Err: 1}
+				}
 				var r TopReport
 				for p := range policies {
 					for _, by := range []top.By{top.Refused, top.Served} {
 						l := TopList{Policy: fmt.Sprintf("policy-%03d", p), By: by, Summary: topk.Summary{Total: uint64(1e6 - p), Floor: 3}}
-						for i := range 100 {
-							l.Items = append(l.Items, topk.Item{Key: fmt.Sprintf("%0*d", keyLen, i), Count: uint64(1000 - i), Err: 1})
-						}
+						l.Items = items
 						r.Lists = append(r.Lists, l)
 					}
 				}
