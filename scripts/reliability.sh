@@ -40,7 +40,7 @@ trap 'rm -f "$log"' EXIT
 if [ -z "${SKIP_FLOOD:-}" ]; then
 	echo "== floods at full size"
 	if ! DTHROTTLE_FLOOD=full go test -count=1 -v -timeout 60m \
-		-run '^(TestFloodConns|TestFloodTags)$' ./tests; then
+		-run '^(TestFloodConns|TestFloodTags)$' ./tests/hostile; then
 		failed="$failed floods"
 	fi
 fi
