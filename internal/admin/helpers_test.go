@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
 	"net/http"
@@ -173,22 +172,4 @@ func get(t *testing.T, url string) (int, string) {
 		t.Fatal(err)
 	}
 	return res.StatusCode, string(body)
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dthrottle/dthrottle/internal/logtest"
 	"github.com/dthrottle/dthrottle/internal/testkit"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -20,7 +21,7 @@ import (
 // Over a real listener: the endpoints answer, /metrics parses, and no
 // request is logged, even at debug level.
 func TestServeOverTCP(t *testing.T) {
-	var logs syncBuffer
+	var logs logtest.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	f := newFake()
 	s := start(t, f.sources(), log)
@@ -209,7 +210,7 @@ func TestWarnIfExposed(t *testing.T) {
 		{net.IPv6unspecified, true},
 		{net.IPv4(10, 0, 0, 2), true},
 	} {
-		var logs syncBuffer
+		var logs logtest.Buffer
 		warnIfExposed(slog.New(slog.NewTextHandler(&logs, nil)), &net.TCPAddr{IP: c.ip, Port: 7071})
 		got := strings.Contains(logs.String(), "level=WARN msg=\"admin endpoint reachable from other hosts")
 		if got != c.warn {
@@ -221,7 +222,7 @@ func TestWarnIfExposed(t *testing.T) {
 // The listener binds the configured loopback address only, and says
 // nothing about it.
 func TestNewLoopbackQuiet(t *testing.T) {
-	var logs syncBuffer
+	var logs logtest.Buffer
 	s := start(t, newFake().sources(), slog.New(slog.NewTextHandler(&logs, nil)))
 	if a := s.Addr().(*net.TCPAddr); !a.IP.Equal(net.IPv4(127, 0, 0, 1)) || a.Port == 0 {
 		t.Errorf("Addr %v, want 127.0.0.1 and a port", a)

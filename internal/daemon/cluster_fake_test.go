@@ -171,8 +171,8 @@ func TestClusterWrongSecretOnFakeTime(t *testing.T) {
 		checks := fakeConverged(t, a, []*fakeNode{b})
 
 		// The intruder drops the cluster's reports and says so...
-		if len(intruder.logs.lines("dropping reports without a valid signature")) == 0 || intruder.gossip.node.Stats().DroppedAuth == 0 {
-			t.Errorf("the intruder dropped %d datagrams for their signature; its log:\n%s", intruder.gossip.node.Stats().DroppedAuth, intruder.logs.lines())
+		if len(intruder.logs.Lines("dropping reports without a valid signature")) == 0 || intruder.gossip.node.Stats().DroppedAuth == 0 {
+			t.Errorf("the intruder dropped %d datagrams for their signature; its log:\n%s", intruder.gossip.node.Stats().DroppedAuth, intruder.logs)
 		}
 		if !intruder.ask(t, checks[0]) {
 			t.Fatal("a node with the wrong secret applied the cluster's report")
@@ -184,8 +184,8 @@ func TestClusterWrongSecretOnFakeTime(t *testing.T) {
 			if !n.ask(t, "forged") {
 				t.Errorf("%s applied a report signed with the wrong secret", n.name)
 			}
-			if len(n.logs.lines("peer=intruder")) == 0 || n.gossip.node.Stats().DroppedAuth == 0 {
-				t.Errorf("%s dropped %d datagrams for their signature, want the intruder's, logged; its log:\n%s", n.name, n.gossip.node.Stats().DroppedAuth, n.logs.lines())
+			if len(n.logs.Lines("peer=intruder")) == 0 || n.gossip.node.Stats().DroppedAuth == 0 {
+				t.Errorf("%s dropped %d datagrams for their signature, want the intruder's, logged; its log:\n%s", n.name, n.gossip.node.Stats().DroppedAuth, n.logs)
 			}
 		}
 		// The peers views show it.

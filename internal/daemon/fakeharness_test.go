@@ -1,11 +1,7 @@
 package daemon
 
 import (
-	"bytes"
-	"log/slog"
 	"slices"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -22,40 +18,6 @@ import (
 // between its queries, waits on fake time, a crash, the counts of a load
 // by window and by node, and a stranger on a network who listens, sends
 // and relays.
-
-// fakeLog is a daemon's log in memory, safe for concurrent use.
-type fakeLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-// Write appends p to the log.
-func (l *fakeLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// logger is a text logger at level info that writes to l.
-func (l *fakeLog) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
-
-// lines returns the log's lines that contain every one of parts.
-func (l *fakeLog) lines(parts ...string) []string {
-	l.mu.Lock()
-	text := l.buf.String()
-	l.mu.Unlock()
-	var out []string
-next:
-	for _, line := range strings.Split(text, "\n") {
-		for _, p := range parts {
-			if !strings.Contains(line, p) {
-				continue next
-			}
-		}
-		out = append(out, line)
-	}
-	return out
-}
 
 // loadSteps is a script a fake load runs between its queries, in the
 // test goroutine (give its turn to runLoad as down): its steps in order,

@@ -4,8 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/dthrottle/dthrottle/internal/config"
 	"github.com/dthrottle/dthrottle/internal/gossip/transport"
+	"github.com/dthrottle/dthrottle/internal/logtest"
 	"github.com/dthrottle/dthrottle/internal/testkit"
 )
 
@@ -31,7 +32,7 @@ type fakeNode struct {
 	name string
 	spec fakeSpec // what started it, to start it again
 	ev   *events
-	logs *fakeLog                // its log, at level info
+	logs *logtest.Buffer         // its log, at level info
 	tr   *transport.MemTransport // its gossip transport, nil without spec.net
 	l    *testkit.Listener
 	conn net.Conn
@@ -80,8 +81,8 @@ type fakeSpec struct {
 func startFake(t *testing.T, spec fakeSpec) *fakeNode {
 	t.Helper()
 	path, cfg := writeConfig(t, t.TempDir(), "", spec.text)
-	n := &fakeNode{name: spec.name, spec: spec, ev: newEvents(), logs: &fakeLog{}, l: testkit.NewListener()}
-	opts := Options{Config: cfg, Path: path, OnEvent: n.ev.hook, Version: "test", Logger: n.logs.logger(),
+	n := &fakeNode{name: spec.name, spec: spec, ev: newEvents(), logs: &logtest.Buffer{}, l: testkit.NewListener()}
+	opts := Options{Config: cfg, Path: path, OnEvent: n.ev.hook, Version: "test", Logger: slog.New(slog.NewTextHandler(n.logs, nil)),
 		Listeners: []NamedListener{{Listener: n.l, Name: spec.name}}}
 	if spec.net != nil {
 		opts.Transports = func(config.Gossip) (transport.Transport, error) {
@@ -273,21 +274,7 @@ func (l *fakeLoad) served(nodes ...int) int {
 }
 
 // most is the most served in any window of length w.
-func (l *fakeLoad) most(w time.Duration) int {
-	var all []time.Time
-	for _, ok := range l.ok {
-		all = append(all, ok...)
-	}
-	slices.SortFunc(all, time.Time.Compare)
-	most := 0
-	for i, j := 0, 0; j < len(all); j++ {
-		for all[j].Sub(all[i]) >= w {
-			i++
-		}
-		most = max(most, j-i+1)
-	}
-	return most
-}
+func (l *fakeLoad) most(w time.Duration) int { return l.mostIn(w) }
 
 // duration is from the load's start to its last reply.
 func (l *fakeLoad) duration() time.Duration { return l.end.Sub(l.start) }

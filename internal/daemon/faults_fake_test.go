@@ -192,7 +192,7 @@ func fakeFaultKill(t *testing.T, seed int64) {
 	// And each logs the new node joining and the killed one falling
 	// silent, once.
 	for _, r := range survivors {
-		joined, silent := r.logs.lines("peer joined", "node="+peer.Name(fresh.id())), r.logs.lines("peer went silent", "node="+peer.Name(oldID))
+		joined, silent := r.logs.Lines("peer joined", "node="+peer.Name(fresh.id())), r.logs.Lines("peer went silent", "node="+peer.Name(oldID))
 		if len(joined) != 1 || len(silent) != 1 {
 			t.Errorf("%s logged the new node joining %d times and the killed one silent %d times, want once each", r.name, len(joined), len(silent))
 		}
@@ -460,7 +460,7 @@ func fakeFaultPolicies(t *testing.T, seed int64) {
 	l := runLoad(t, cl, "policies", 3*time.Second, faultLoad, nil)
 	for i, d := range cl {
 		awaitFake(t, 5*time.Second, d.name+" to count 10 mismatching datagrams", func() bool { return d.gossip.node.Stats().FingerprintMismatch >= 10 })
-		warnings := d.logs.lines("policies differ")
+		warnings := d.logs.Lines("policies differ")
 		// Node 3 warns once of each of the others; they of node 3 only.
 		var want []*fakeNode
 		if i == 2 {
@@ -470,7 +470,7 @@ func fakeFaultPolicies(t *testing.T, seed int64) {
 		}
 		ok := len(warnings) == len(want)
 		for j := 0; ok && j < len(want); j++ {
-			ok = len(d.logs.lines("policies differ", "node="+peer.Name(want[j].id()))) == 1
+			ok = len(d.logs.Lines("policies differ", "node="+peer.Name(want[j].id()))) == 1
 		}
 		if !ok {
 			t.Errorf("%s warned %d times, want once for each of %d peers with other policies:\n%s", d.name, len(warnings), len(want), strings.Join(warnings, "\n"))

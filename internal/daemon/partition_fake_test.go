@@ -93,7 +93,7 @@ func fakeSplit(t *testing.T, c fakeSplitCase, seed int64) {
 	l := runLoad(t, cl, "split", 3*time.Second+fakeSplitFor+3*time.Second, c.load, s.turn)
 	s.finish()
 	for _, n := range cl {
-		if len(n.logs.lines("peers missing", "missing=2", "share=0.5")) == 0 || len(n.logs.lines("cluster whole again")) == 0 {
+		if len(n.logs.Lines("peers missing", "missing=2", "share=0.5")) == 0 || len(n.logs.Lines("cluster whole again")) == 0 {
 			t.Errorf("%s: the log does not say when peers went missing and when the cluster was whole again", n.name)
 		}
 	}

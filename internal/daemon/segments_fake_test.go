@@ -86,7 +86,7 @@ func fakeSegments(t *testing.T, seed int64) {
 	link.Partition([]string{"a1", "a2"}, []string{"b1", "b2"})
 	found := awaitFake(t, fakeSilence+2*fakeInterval, "the relays to find the link cut", func() bool { return remoteRelays(relaysOf, 0) })
 	for _, n := range relaysOf {
-		if lines := n.logs.lines("relay of another segment went silent"); len(lines) != 2 {
+		if lines := n.logs.Lines("relay of another segment went silent"); len(lines) != 2 {
 			t.Errorf("relay %s did not log both of the other segment's relays as silent:\n%s", n.name, strings.Join(lines, "\n"))
 		}
 		if k := n.gossip.node.Stats().Relay.RemoteSilences; k != 2 {
@@ -109,7 +109,7 @@ func fakeSegments(t *testing.T, seed int64) {
 	link.Partition()
 	back := awaitFake(t, 2*fakeInterval, "the relays to hear across again", func() bool { return remoteRelays(relaysOf, 2) })
 	for _, n := range relaysOf {
-		if len(n.logs.lines("relay of another segment heard", "again=true")) == 0 {
+		if len(n.logs.Lines("relay of another segment heard", "again=true")) == 0 {
 			t.Errorf("relay %s did not log the other segment's return", n.name)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dthrottle/dthrottle/internal/gossip/transport"
 	"github.com/dthrottle/dthrottle/internal/gossip/wire"
+	"github.com/dthrottle/dthrottle/internal/logtest"
 )
 
 // testNode is a node over an in-memory network that records what it
@@ -18,27 +19,10 @@ import (
 type testNode struct {
 	*Node
 	tr      *transport.MemTransport
-	log     *syncBuffer
+	log     *logtest.Buffer
 	mu      sync.Mutex
 	applied map[string]uint32
 	pending []Hit
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func newTestNode(t *testing.T, net *transport.MemNetwork, name string, key []byte, fingerprint uint64) *testNode {
@@ -50,7 +34,7 @@ func newTestNode(t *testing.T, net *transport.MemNetwork, name string, key []byt
 // by set.
 func newTestNodeWith(t *testing.T, tr *transport.MemTransport, set func(*Config)) *testNode {
 	t.Helper()
-	tn := &testNode{tr: tr, log: &syncBuffer{}, applied: map[string]uint32{}}
+	tn := &testNode{tr: tr, log: &logtest.Buffer{}, applied: map[string]uint32{}}
 	cfg := Config{
 		Since:    simT0,
 		Interval: time.Second,
