@@ -94,6 +94,7 @@ func policy(t *testing.T) string {
 }
 
 func TestLintian(t *testing.T) {
+	t.Parallel() // lintian reads the .deb files while TestDebInstall installs them
 	lintian := harness.RequireTool(t, "lintian")
 	debs := buildDebs(t)
 	out, _ := exec.Command(lintian, debs...).CombinedOutput()
@@ -110,6 +111,7 @@ func TestLintian(t *testing.T) {
 // nothing of them is left. It changes the machine, so it runs alone, and
 // purges whatever happens.
 func TestDebInstall(t *testing.T) {
+	t.Parallel() // beside TestLintian; harness.Alone keeps the rest of the suite away
 	if os.Getuid() != 0 {
 		t.Skip("installing packages needs root")
 	}
