@@ -259,6 +259,22 @@ type Top struct {
 	Policies      []TopPolicy `json:"policies"`
 }
 
+// Find returns tag's entry in the list of policy, and whether the list
+// holds it.
+func (t Top) Find(policy, tag string) (TopTag, bool) {
+	for _, p := range t.Policies {
+		if p.Policy != policy {
+			continue
+		}
+		for _, tt := range p.Tags {
+			if tt.Tag == tag {
+				return tt, true
+			}
+		}
+	}
+	return TopTag{}, false
+}
+
 // TopPolicy is one policy's heaviest tags in Top, heaviest first.
 type TopPolicy struct {
 	Policy string `json:"policy"`

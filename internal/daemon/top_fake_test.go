@@ -31,25 +31,10 @@ const (
 // every 1000 s: past it, every query for the tag in the test is refused.
 var topPolicyText = fmt.Sprintf("[[policy]]\nname = %q\nprefix = \"203.0.113.\"\nrate = 0.001\nburst = %d\n", topPolicyName, topBurst)
 
-// topFind returns tag's entry in doc's list of policy.
-func topFind(doc api.Top, policy, tag string) (api.TopTag, bool) {
-	for _, p := range doc.Policies {
-		if p.Policy != policy {
-			continue
-		}
-		for _, tt := range p.Tags {
-			if tt.Tag == tag {
-				return tt, true
-			}
-		}
-	}
-	return api.TopTag{}, false
-}
-
 // topListed reports whether any policy of doc lists tag.
 func topListed(doc api.Top, tag string) bool {
 	for _, p := range doc.Policies {
-		if _, ok := topFind(doc, p.Policy, tag); ok {
+		if _, ok := doc.Find(p.Policy, tag); ok {
 			return true
 		}
 	}
@@ -59,7 +44,7 @@ func topListed(doc api.Top, tag string) bool {
 // topHolds reports whether doc lists tag under policy with a count whose
 // range [Count-Error, Count] holds n, the true count.
 func topHolds(doc api.Top, policy, tag string, n uint64) bool {
-	tt, ok := topFind(doc, policy, tag)
+	tt, ok := doc.Find(policy, tag)
 	return ok && tt.Error <= tt.Count && tt.Count-tt.Error <= n && n <= tt.Count
 }
 

@@ -67,8 +67,8 @@ peers = ["127.0.0.1:%d"]
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		doc = harness.TopView(t, d, "by=refused&scope=node")
-		a, okA := harness.TopFind(doc, "default", "127.0.0.1")
-		h, okH := harness.TopFind(doc, "default", "h:a")
+		a, okA := doc.Find("default", "127.0.0.1")
+		h, okH := doc.Find("default", "h:a")
 		if okA && okH && a.Count == 1 && h.Count == 1 {
 			break
 		}

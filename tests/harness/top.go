@@ -18,18 +18,3 @@ func TopView(t *testing.T, d *Daemon, q string) api.Top {
 	}
 	return doc
 }
-
-// TopFind returns tag's entry in doc's list of policy.
-func TopFind(doc api.Top, policy, tag string) (api.TopTag, bool) {
-	for _, p := range doc.Policies {
-		if p.Policy != policy {
-			continue
-		}
-		for _, tt := range p.Tags {
-			if tt.Tag == tag {
-				return tt, true
-			}
-		}
-	}
-	return api.TopTag{}, false
-}
